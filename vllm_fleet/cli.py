@@ -1,0 +1,217 @@
+"""``vllm-fleet``: estimate one instance's memory, or plan a cluster.
+
+Exit codes: 0 success, 2 bad input or nothing fits (one line on stderr
+naming the field and the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from vllm_fleet.catalog import GPUS, MODELS, lookup_gpu
+from vllm_fleet.errors import PlanError
+from vllm_fleet.memory import CURRENT_VLLM, Device, Settings, estimate
+from vllm_fleet.model_spec import load_model
+from vllm_fleet.table import render_estimate, render_plan
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from exc
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}; use e.g. 0.9")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints one line (field + fix) and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model folder with config.json, or a catalog name")
+    p.add_argument("--gpu-memory-utilization", type=_fraction, default=None, help="fraction of total GPU memory (default 0.9)")
+    p.add_argument("--max-model-len", type=_positive_int, default=None)
+    p.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto")
+    p.add_argument("--quantization", default=None, help="fp8, awq, gptq, compressed-tensors, mxfp4, bitsandbytes, ...")
+    p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=None)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int, default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="vllm-fleet", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    est = sub.add_parser("estimate", help="per-GPU memory of one vLLM instance")
+    _common(est)
+    gpu = est.add_mutually_exclusive_group(required=True)
+    gpu.add_argument("--gpu-memory-gib", type=_positive_float, help="total memory the driver reports per GPU, GiB")
+    gpu.add_argument("--gpu", help=f"GPU name from the catalog ({', '.join(g.name for g in GPUS.values())})")
+    est.add_argument("--max-num-seqs", type=_positive_int, default=None)
+    est.add_argument("--max-num-batched-tokens", type=_positive_int, default=None)
+    est.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
+    est.add_argument("--enforce-eager", action="store_true")
+    est.add_argument("--block-size", type=_positive_int, default=None)
+    est.add_argument("--data-parallel-size", type=_positive_int, default=1)
+    est.add_argument("--enable-expert-parallel", action="store_true")
+    est.add_argument("--layer-partition", default=None, help="VLLM_PP_LAYER_PARTITION, e.g. 40,40")
+    est.add_argument("--vllm-version", default=CURRENT_VLLM, help="accounting of this vLLM release (default: current)")
+    est.add_argument("--engine", choices=["v0", "v1"], default=None, help="override the engine the version implies")
+
+    plan = sub.add_parser("plan", help="choose the layout of a model on a cluster")
+    _common(plan)
+    plan.add_argument("--cluster", required=True, type=Path, help="YAML file with nodes: [{name, gpu, gpu_count}]")
+    plan.add_argument("--allow-cross-node-tp", action="store_true")
+    plan.add_argument("--max-num-seqs", type=_positive_int, default=None)
+    plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
+    plan.add_argument("--enforce-eager", action="store_true")
+    plan.add_argument("--target-concurrency", type=_positive_int, default=None)
+    plan.add_argument("--strategy", action="append", default=None,
+                      choices=["replicas", "tp", "pp", "dp_ep", "instances"],
+                      help="allowed strategies (repeat); default all")
+
+    sub.add_parser("models", help="list the built-in model catalog")
+    sub.add_parser("gpus", help="list the built-in GPU catalog")
+    return parser
+
+
+def _device_from_args(args: argparse.Namespace) -> Device:
+    if args.gpu:
+        gpu = lookup_gpu(args.gpu)
+        if gpu is None:
+            raise PlanError("--gpu", f"unknown GPU '{args.gpu}'", "use --gpu-memory-gib, or a name from 'vllm-fleet gpus'")
+        if gpu.device == "cpu":
+            raise PlanError("--gpu", "CPU needs its memory size", "use --gpu-memory-gib for the CPU KV space")
+        return Device(gpu.name, gpu.memory_gib, gpu.device, _sm_major(gpu.arch))
+    return Device(f"{args.gpu_memory_gib:g} GiB GPU", float(args.gpu_memory_gib))
+
+
+def _sm_major(arch: str) -> int:
+    return {"volta": 7, "turing": 7, "ampere": 8, "ada": 8, "hopper": 9, "blackwell": 10}.get(arch, 9)
+
+
+def _partition(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError as exc:
+        raise PlanError("--layer-partition", f"'{text}' is not a comma-separated list of integers", "e.g. 40,40") from exc
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    spec = load_model(args.model)
+    device = _device_from_args(args)
+    settings = Settings(
+        tensor_parallel_size=args.tensor_parallel_size or 1,
+        pipeline_parallel_size=args.pipeline_parallel_size or 1,
+        data_parallel_size=args.data_parallel_size,
+        enable_expert_parallel=args.enable_expert_parallel,
+        gpu_memory_utilization=args.gpu_memory_utilization or 0.9,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        enforce_eager=args.enforce_eager,
+        block_size=args.block_size,
+        layer_partition=_partition(args.layer_partition),
+        vllm_version=args.vllm_version,
+        engine=args.engine,
+    )
+    est = estimate(spec, device, settings)
+    if args.json:
+        print(json.dumps(est.to_dict(), indent=2))
+    else:
+        print(render_estimate(est))
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
+
+    cluster = load_cluster(args.cluster)
+    spec = load_model(args.model)
+    wishes = Wishes(
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        allow_cross_node_tp=args.allow_cross_node_tp,
+        max_num_seqs=args.max_num_seqs,
+        enforce_eager=args.enforce_eager,
+        target_concurrency=args.target_concurrency,
+        strategies=tuple(args.strategy) if args.strategy else None,
+        model_ref=args.model,
+    )
+    result = plan_cluster(spec, cluster, wishes)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(render_plan(result))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "estimate":
+            return run_estimate(args)
+        if args.command == "plan":
+            return run_plan(args)
+        if args.command == "models":
+            for name in MODELS:
+                print(name)
+            return 0
+        if args.command == "gpus":
+            for gpu in GPUS.values():
+                print(f"{gpu.name:14} {gpu.memory_gib:8.2f} GiB  {gpu.arch:10} {'NVLink' if gpu.nvlink else ''}")
+            return 0
+    except PlanError as err:
+        print(f"vllm-fleet {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command}")
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+
+def main_entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

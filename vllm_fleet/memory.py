@@ -1,0 +1,868 @@
+"""Per-GPU memory the way vLLM accounts for it at startup.
+
+vLLM (``Worker.determine_available_memory`` and ``utils/mem_utils.py``):
+
+    requested   = total_gpu_memory x gpu_memory_utilization
+    non_kv      = weights + persistent buffers + non-torch increase
+                  + transient activation peak of one profile forward pass
+    kv_pool     = requested - non_kv - cuda_graph_estimate   (graphs: >= 0.21)
+    num_blocks  = kv_pool // (page bytes x layers sharing the pool), then the
+                  minimum over all workers (every rank gets the same count)
+
+What the profile pass allocates, and so what this module models:
+
+* weights: parameter bytes per rank (TP shards, PP stages, quantized linear
+  weights with their scales, padded vocab, rotary cache, MLA absorbed copies);
+* activation peak: the larger of the forward pass over
+  ``max_num_batched_tokens`` tokens (MLP / fused-MoE intermediates) and the
+  dummy sampler pass over ``max_num_seqs`` rows of full-vocabulary logits;
+* non-torch memory: cuBLAS workspaces and, where the snapshot predates
+  distributed init (vLLM < 0.12), NCCL / custom all-reduce buffers;
+* CUDA graphs: per captured graph and layer, zero with ``enforce_eager``.
+
+GiB are 2**30 bytes. The ``vllm_version`` knob selects the accounting of that
+release family (V0 engine, early V1, current) so the planner can be checked
+against logs of older releases; plans always use the current accounting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vllm_fleet.errors import PlanError
+from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, QuantSpec, quant_from_name
+
+GIB = 1 << 30
+MIB = 1 << 20
+CURRENT_VLLM = "0.32.0"
+
+# Memory the CUDA context takes on every GPU before vLLM's snapshot (driver,
+# kernels of torch / vLLM / FlashInfer loaded lazily): outside the budget but
+# it has to be free, or startup fails with "Free memory on device ...".
+CUDA_CONTEXT_GIB = 0.6
+# Per-graph, per-layer cost of captured CUDA graphs (piecewise + full decode
+# graphs share one pool); measured 0.49 GiB for a 28-layer model capturing
+# 2 x 51 graphs.
+CUDA_GRAPH_MIB_PER_GRAPH_LAYER = 0.17
+# Sampler dummy pass bytes per (row x vocab) element beyond the model-dtype
+# logits: sort-based top-k/top-p (fp32 logits, sorted copy, int64 indices,
+# softmax, cumsum, mask, probabilities, noise) before 0.13; FlashInfer / Triton
+# kernels (fp32 logits, probabilities, noise) after.
+SAMPLER_BYTES_SORT = 36
+SAMPLER_BYTES_FUSED = 12
+# Fused-MoE processes tokens in chunks of this size (VLLM_FUSED_MOE_CHUNK_SIZE).
+FUSED_MOE_CHUNK = 16 * 1024
+VOCAB_PAD = 64
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``"0.11.2"`` -> ``(0, 11)``; unknown text means the current release."""
+    parts = text.strip().lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return parse_version(CURRENT_VLLM)
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """How a vLLM release family splits memory (see module docstring)."""
+
+    engine: str  # "v0" or "v1"
+    nccl_in_budget: bool  # snapshot taken before distributed init
+    graphs_in_budget: bool  # CUDA graph estimate subtracted from the KV pool
+    sampler_bytes: int
+    mla_align_bytes: int  # V0 padded each MLA cache entry to 256 bytes
+    mla_absorbed_qo: bool  # 0.7.x V0 MLA kept absorbed W_Q_UK / W_UV_O matrices
+
+    @classmethod
+    def for_version(cls, version: str, engine: str | None = None) -> Accounting:
+        major, minor = parse_version(version)
+        rel = (major, minor)
+        eng = (engine or ("v0" if rel < (0, 8) else "v1")).lower()
+        return cls(
+            engine=eng,
+            nccl_in_budget=rel < (0, 12),
+            graphs_in_budget=rel >= (0, 21) and eng == "v1",
+            sampler_bytes=SAMPLER_BYTES_SORT if rel < (0, 13) else SAMPLER_BYTES_FUSED,
+            mla_align_bytes=256 if eng == "v0" else 0,
+            mla_absorbed_qo=eng == "v0" and rel == (0, 7),
+        )
+
+
+@dataclass
+class Settings:
+    """The ``vllm serve`` options that change memory, with vLLM's defaults."""
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    block_size: int | None = None
+    layer_partition: list[int] | None = None
+    kv_cache_memory_bytes: int | None = None
+    vllm_version: str = CURRENT_VLLM
+    engine: str | None = None
+
+    def validate(self) -> None:
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                flag = "--" + name.replace("_", "-")
+                raise PlanError(flag, f"must be a positive integer, got {value!r}", f"pass {flag} 1 or more")
+        util = self.gpu_memory_utilization
+        if not 0 < util <= 1:
+            raise PlanError(
+                "--gpu-memory-utilization",
+                f"must be in (0, 1], got {util}",
+                "use a fraction of total GPU memory such as 0.9",
+            )
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                flag = "--" + name.replace("_", "-")
+                raise PlanError(flag, f"must be a positive integer, got {value!r}", f"pass {flag} 1 or more, or omit it")
+        if self.dtype not in ("auto", "bfloat16", "float16", "float32", "half", "float"):
+            raise PlanError("--dtype", f"unknown dtype '{self.dtype}'", "use auto, bfloat16, float16 or float32")
+        if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"):
+            raise PlanError(
+                "--kv-cache-dtype", f"unknown KV cache dtype '{self.kv_cache_dtype}'", "use auto, fp8, fp8_e4m3 or fp8_e5m2"
+            )
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU (or the CPU) as the planner sees it."""
+
+    name: str
+    total_gib: float
+    kind: str = "cuda"  # cuda, rocm, cpu
+    sm_major: int = 9
+    free_gib: float | None = None
+
+
+@dataclass
+class RankMemory:
+    """What one GPU rank holds, in GiB (KV bytes per token in bytes)."""
+
+    rank: int
+    pp_stage: int
+    tp_rank: int
+    layers: list[int]
+    weights_gib: float
+    activation_gib: float
+    non_torch_gib: float
+    cuda_graph_gib: float
+    available_kv_gib: float
+    kv_cache_gib: float
+    kv_bytes_per_token: int
+    kv_cache_tokens: int
+    num_gpu_blocks: int
+    budget_gib: float
+    total_gib: float
+    startup_overhead_gib: float
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, float):
+                data[key] = round(value, 4)
+        return data
+
+
+@dataclass
+class Estimate:
+    """The memory picture of one vLLM instance (all its ranks)."""
+
+    model: str
+    device: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    enable_expert_parallel: bool
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    dtype: str
+    kv_cache_dtype: str
+    quantization: str | None
+    enforce_eager: bool
+    layer_partition: list[int]
+    ranks: list[RankMemory]
+    num_gpu_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    max_model_len_fit: int
+    fits: bool
+    reason: str
+    vllm_version: str
+    notes: list[str] = field(default_factory=list)
+
+    def _worst(self, key: str) -> float:
+        return max(float(getattr(r, key)) for r in self.ranks)
+
+    @property
+    def weights_gib(self) -> float:
+        return self._worst("weights_gib")
+
+    @property
+    def kv_cache_gib(self) -> float:
+        return min(r.kv_cache_gib for r in self.ranks)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return int(self._worst("kv_bytes_per_token"))
+
+    def summary(self) -> dict[str, Any]:
+        r0 = max(self.ranks, key=lambda r: r.weights_gib + r.activation_gib + r.non_torch_gib)
+        return {
+            "weights_gib": round(self.weights_gib, 4),
+            "activation_gib": round(self._worst("activation_gib"), 4),
+            "non_torch_gib": round(self._worst("non_torch_gib"), 4),
+            "cuda_graph_gib": round(self._worst("cuda_graph_gib"), 4),
+            "kv_cache_gib": round(self.kv_cache_gib, 4),
+            "available_kv_gib": round(min(r.available_kv_gib for r in self.ranks), 4),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "num_gpu_blocks": self.num_gpu_blocks,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "max_model_len_fit": self.max_model_len_fit,
+            "fits": self.fits,
+            "budget_gib": round(r0.budget_gib, 4),
+            "total_gib": round(r0.total_gib, 4),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "model": self.model,
+            "device": self.device,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "data_parallel_size": self.data_parallel_size,
+            "enable_expert_parallel": self.enable_expert_parallel,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "block_size": self.block_size,
+            "dtype": self.dtype,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "quantization": self.quantization,
+            "enforce_eager": self.enforce_eager,
+            "layer_partition": self.layer_partition,
+            "vllm_version": self.vllm_version,
+        }
+        data.update(self.summary())
+        data["reason"] = self.reason
+        data["notes"] = self.notes
+        data["ranks"] = [r.to_dict() for r in self.ranks]
+        return data
+
+
+# --------------------------------------------------------------------------
+# Layout helpers
+# --------------------------------------------------------------------------
+
+
+def default_partition(num_layers: int, pp: int) -> list[int]:
+    """vLLM's default split: layers // pp each, the remainder to the stages
+    before the last (``get_pp_indices``)."""
+    base, rem = divmod(num_layers, pp)
+    parts = [base] * pp
+    # vLLM gives the extra layers to the stages just before the last one.
+    for i in range(rem):
+        parts[pp - 2 - i if pp > 1 else 0] += 1
+    return parts
+
+
+def check_partition(partition: list[int], num_layers: int, pp: int) -> None:
+    if len(partition) != pp:
+        raise PlanError(
+            "layer_partition",
+            f"has {len(partition)} entries for pipeline_parallel_size={pp}",
+            "give one layer count per pipeline stage",
+        )
+    if sum(partition) != num_layers or min(partition) < 1:
+        raise PlanError(
+            "layer_partition",
+            f"{partition} must be positive and sum to num_hidden_layers={num_layers}",
+            "adjust the counts so they add up to the model's layers",
+        )
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _dtype_bytes(spec: ModelSpec, settings: Settings, device: Device) -> float:
+    dtype = settings.dtype
+    if dtype == "auto":
+        dtype = spec.torch_dtype
+        if dtype == "float32":
+            dtype = "bfloat16"
+        if dtype == "bfloat16" and device.kind == "cuda" and device.sm_major < 8:
+            dtype = "float16"
+    return DTYPE_BYTES.get(dtype, 2)
+
+
+def _kv_dtype_bytes(settings: Settings, act_bytes: float) -> float:
+    if settings.kv_cache_dtype in ("auto", "bfloat16", "float16"):
+        return act_bytes
+    return 1
+
+
+def _quant(spec: ModelSpec, settings: Settings) -> QuantSpec | None:
+    if settings.quantization:
+        named = quant_from_name(settings.quantization, None, spec.model_type)
+        if spec.quant is not None and named is not None and spec.quant.method == named.method:
+            return spec.quant
+        return named
+    return spec.quant
+
+
+# --------------------------------------------------------------------------
+# Weights
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class _Parts:
+    embed: float = 0.0
+    head: float = 0.0
+    layer: float = 0.0
+    vision: float = 0.0
+    other: float = 0.0
+
+    def total(self) -> float:
+        return self.embed + self.head + self.layer + self.vision + self.other
+
+
+def _linear(n_weights: float, quant: QuantSpec | None, dtype_b: float, expert: bool = False) -> float:
+    if quant is None or (quant.experts_only and not expert):
+        return n_weights * dtype_b
+    return n_weights * quant.bytes_per_weight
+
+
+def _attention_bytes(spec: ModelSpec, tp: int, quant: QuantSpec | None, db: float, acct: Accounting) -> float:
+    h = spec.hidden_size
+    heads_r = spec.num_attention_heads / tp
+    if spec.is_mla:
+        qk_head = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        total = 0.0
+        if spec.q_lora_rank:
+            total += _linear(h * spec.q_lora_rank, quant, db) + spec.q_lora_rank * db
+            total += _linear(spec.q_lora_rank * heads_r * qk_head, quant, db)
+        else:
+            total += _linear(h * heads_r * qk_head, quant, db)
+        total += _linear(h * (spec.kv_lora_rank + spec.qk_rope_head_dim), quant, db)
+        total += spec.kv_lora_rank * db
+        kv_b = spec.kv_lora_rank * heads_r * (spec.qk_nope_head_dim + spec.v_head_dim)
+        total += _linear(kv_b, quant, db)
+        # vLLM's MLA keeps absorbed W_UK / W_UV copies in the activation dtype.
+        total += kv_b * db
+        if acct.mla_absorbed_qo:
+            # VLLM_MLA_PERFORM_MATRIX_ABSORPTION (0.7.x): W_Q_UK and W_UV_O,
+            # re-quantized like the checkpoint.
+            q_in = spec.q_lora_rank or h
+            absorbed = q_in * heads_r * spec.kv_lora_rank + heads_r * spec.kv_lora_rank * h
+            total += _linear(absorbed, quant, db)
+        total += _linear(heads_r * spec.v_head_dim * h, quant, db)
+        return total
+    hd = spec.head_dim
+    kv_r = max(1.0, spec.num_kv_heads / tp)
+    q_out = heads_r * hd
+    kv_out = 2 * kv_r * hd
+    total = _linear(h * (q_out + kv_out), quant, db) + _linear(q_out * h, quant, db)
+    if spec.attention_bias:
+        total += (q_out + kv_out) * db
+    if spec.qk_norm:
+        total += 2 * hd * db
+    if spec.model_type == "gpt_oss":
+        total += heads_r * 4  # attention sinks, fp32
+    return total
+
+
+def _mlp_bytes(spec: ModelSpec, index: int, tp: int, ep: int, quant: QuantSpec | None, db: float) -> float:
+    h = spec.hidden_size
+    if not spec.is_moe_layer(index):
+        return _linear(3 * h * spec.intermediate_size / tp, quant, db)
+    experts = spec.num_experts
+    inter = spec.moe_intermediate_size
+    if ep > 1:
+        expert_w = (experts / ep) * 3 * h * inter
+    else:
+        expert_w = experts * 3 * h * inter / tp
+    total = _linear(expert_w, quant, db, expert=True)
+    if spec.model_type == "gpt_oss":
+        total += (experts / (ep if ep > 1 else 1)) * (3 * inter / (1 if ep > 1 else tp)) * db  # expert biases
+    total += h * experts * db  # router, unquantized and replicated
+    if spec.model_type.startswith("deepseek"):
+        total += experts * 4  # e_score_correction_bias, fp32
+    if spec.num_shared_experts:
+        total += _linear(3 * h * spec.shared_expert_intermediate_size / tp, quant, db)
+        if spec.model_type.startswith("qwen2_moe"):
+            total += h * db  # shared expert gate
+    return total
+
+
+def _layer_bytes(
+    spec: ModelSpec, index: int, tp: int, ep: int, quant: QuantSpec | None, db: float, acct: Accounting
+) -> float:
+    norms = 2 * spec.hidden_size * db
+    if spec.model_type.startswith("gemma2") or spec.model_type.startswith("gemma3"):
+        norms *= 2  # pre/post norms around attention and MLP
+    return _attention_bytes(spec, tp, quant, db, acct) + _mlp_bytes(spec, index, tp, ep, quant, db) + norms
+
+
+def _vocab_rows(spec: ModelSpec, tp: int) -> int:
+    padded = _ceil_div(spec.vocab_size, VOCAB_PAD) * VOCAB_PAD
+    return _ceil_div(padded, tp)
+
+
+def _stage_parts(
+    spec: ModelSpec, layers: list[int], first: bool, last: bool, tp: int, ep: int,
+    quant: QuantSpec | None, db: float, pp: int, acct: Accounting,
+) -> _Parts:
+    parts = _Parts()
+    rows = _vocab_rows(spec, tp)
+    if first:
+        parts.embed = rows * spec.hidden_size * db
+        parts.vision = spec.vision_params * db / 1  # vision towers are replicated
+    if last:
+        parts.head = spec.hidden_size * db  # final norm
+        if not spec.tie_word_embeddings or pp > 1:
+            head_q = quant if quant is not None and quant.lm_head else None
+            parts.head += _linear(rows * spec.hidden_size, head_q, db)
+    parts.layer = sum(_layer_bytes(spec, i, tp, ep, quant, db, acct) for i in layers)
+    # Rotary cos/sin cache: max_position x rotary_dim in the model dtype.
+    if layers:
+        parts.other = spec.max_position_embeddings * (spec.rope_dim or spec.head_dim) * db
+    return parts
+
+
+def _file_ratios(spec: ModelSpec, quant: QuantSpec | None, db: float) -> dict[str, float]:
+    acct = Accounting.for_version(CURRENT_VLLM)
+    """Scale factors from formula bytes to safetensors bytes, per model part."""
+    if not spec.file_bytes:
+        return {}
+    full = _stage_parts(spec, list(range(spec.num_layers)), True, True, 1, 1, quant, db, 1, acct)
+    # The absorbed MLA copies are made at load time, not stored in the files.
+    if spec.is_mla:
+        heads = spec.num_attention_heads
+        full.layer -= spec.num_layers * spec.kv_lora_rank * heads * (spec.qk_nope_head_dim + spec.v_head_dim) * db
+    ratios: dict[str, float] = {}
+    for part in ("embed", "head", "layer"):
+        formula = getattr(full, part)
+        found = spec.file_bytes.get(part, 0)
+        if part == "head" and spec.tie_word_embeddings:
+            continue
+        if formula > 0 and found > 0:
+            ratios[part] = found / formula
+    # Absorbed MLA copies and runtime buffers are not in the files.
+    return ratios
+
+
+# --------------------------------------------------------------------------
+# KV cache
+# --------------------------------------------------------------------------
+
+
+def _kv_layer_bytes(spec: ModelSpec, tp: int, kv_b: float, acct: Accounting) -> int:
+    """Bytes one token takes in one layer's cache on one rank."""
+    if spec.is_mla:
+        size = int((spec.kv_lora_rank + spec.qk_rope_head_dim) * kv_b)
+        if acct.mla_align_bytes:
+            size = _ceil_div(size, acct.mla_align_bytes) * acct.mla_align_bytes
+        return size
+    kv_r = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
+    return int(2 * kv_r * spec.head_dim * kv_b)
+
+
+@dataclass(frozen=True)
+class _KvLayout:
+    """The KV pool of one rank: groups of layers sharing block tables."""
+
+    group_size: int  # layers per group = tensors the pool is split into
+    groups: list[str]  # attention type of each group
+    page_bytes: int  # bytes of one block in one layer
+    window: int
+
+
+def _kv_layout(spec: ModelSpec, layers: list[int], tp: int, kv_b: float, block: int, acct: Accounting) -> _KvLayout:
+    per_token = _kv_layer_bytes(spec, tp, kv_b, acct)
+    types = [spec.layer_type(i) for i in layers]
+    counts = {t: types.count(t) for t in set(types)}
+    if acct.engine == "v0" or len(counts) == 1:
+        # One group: every layer keeps the whole sequence (V0 ignored windows
+        # when sizing, and uniform models have one group anyway).
+        only = next(iter(counts)) if len(counts) == 1 else "full"
+        return _KvLayout(len(layers), [only], per_token * block, spec.sliding_window)
+    group_size = min(counts.values())
+    groups: list[str] = []
+    for kind in sorted(counts):
+        groups += [kind] * _ceil_div(counts[kind], group_size)
+    return _KvLayout(group_size, groups, per_token * block, spec.sliding_window)
+
+
+def _blocks_per_request(layout: _KvLayout, length: int, block: int, mbt: int) -> int:
+    total = 0
+    for kind in layout.groups:
+        if kind == "sliding" and layout.window:
+            tokens = min(layout.window - 1 + mbt, length)
+            total += _ceil_div(tokens, block) + 1
+        else:
+            total += _ceil_div(length, block)
+    return total
+
+
+def _max_len_fit(layout: _KvLayout, blocks: int, block: int, mbt: int, cap: int) -> int:
+    lo, hi = 0, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _blocks_per_request(layout, mid, block, mbt) <= blocks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# --------------------------------------------------------------------------
+# Overheads
+# --------------------------------------------------------------------------
+
+
+def _activation_bytes(
+    spec: ModelSpec, layers: list[int], last: bool, tp: int, ep: int, tokens: int, seqs: int,
+    db: float, acct: Accounting,
+) -> float:
+    h = spec.hidden_size
+    residual = 3 * tokens * h * db  # hidden states, residual, normed input
+    mlp = 0.0
+    for i in layers:
+        if spec.is_moe_layer(i):
+            chunk = min(tokens, FUSED_MOE_CHUNK)
+            inter = spec.moe_intermediate_size / (1 if ep > 1 else tp)
+            topk = max(spec.num_experts_per_tok, 1)
+            # fused_moe caches (gate_up out, activation out, per-expert out)
+            # for one chunk, router logits (fp32) and the summed output.
+            moe = chunk * topk * (3 * inter + h) * db + tokens * spec.num_experts * 4 + tokens * h * db
+            if spec.num_shared_experts:
+                moe += tokens * 3 * spec.shared_expert_intermediate_size / tp * db
+            mlp = max(mlp, moe)
+        else:
+            mlp = max(mlp, tokens * 3 * spec.intermediate_size / tp * db)
+    heads_r = spec.num_attention_heads / tp
+    if spec.is_mla:
+        attn = tokens * heads_r * (2 * (spec.qk_nope_head_dim + spec.qk_rope_head_dim) + spec.v_head_dim) * db
+    else:
+        kv_r = max(1.0, spec.num_kv_heads / tp)
+        attn = tokens * (2 * heads_r + 2 * kv_r) * spec.head_dim * db
+    forward = residual + max(mlp, attn)
+    if not last:
+        return forward
+    # Dummy sampler pass: full-vocabulary logits for max_num_seqs rows, while
+    # the forward's hidden states are still referenced.
+    vocab = _ceil_div(spec.vocab_size, VOCAB_PAD) * VOCAB_PAD
+    sampler = seqs * vocab * (db + acct.sampler_bytes) + tokens * h * db
+    return max(forward, sampler)
+
+
+def _non_torch_bytes(tp: int, pp: int, device: Device, acct: Accounting, nvlink: bool) -> tuple[float, float]:
+    """(inside the budget, outside it): cuBLAS workspaces, NCCL, custom all-reduce."""
+    if device.kind == "cpu":
+        return 0.0, 0.0
+    base = 0.15 * GIB if acct.engine == "v1" else 0.1 * GIB
+    nccl = 0.0
+    world = tp * pp
+    if world > 1:
+        # Two communicators (torch.distributed + PyNccl) per group; buffers per
+        # peer grow with the group size, more with NVLink/NVLS channels.
+        per_peer = (0.35 if nvlink else 0.2) * GIB
+        nccl = 2 * (0.25 * GIB + per_peer * (tp - 1)) if tp > 1 else 0.0
+        if pp > 1:
+            nccl += 0.2 * GIB
+        if tp > 1 and nvlink:
+            nccl += 0.1 * GIB * tp / 8  # custom all-reduce IPC buffers
+    inside = base + (nccl if acct.nccl_in_budget else 0.0)
+    outside = CUDA_CONTEXT_GIB * GIB + (0.0 if acct.nccl_in_budget else nccl)
+    return inside, outside
+
+
+def _capture_sizes(max_num_seqs: int, max_tokens: int) -> list[int]:
+    top = min(max_num_seqs * 2, 512, max_tokens)
+    sizes = [i for i in (1, 2, 4) if i <= top]
+    if top >= 8:
+        sizes += list(range(8, min(top + 1, 256), 8))
+    if top >= 256:
+        sizes += list(range(256, top + 1, 16))
+    return sizes
+
+
+def _cuda_graph_bytes(spec: ModelSpec, layers: list[int], seqs: int, tokens: int, settings: Settings, device: Device) -> float:
+    if settings.enforce_eager or device.kind == "cpu" or not layers:
+        return 0.0
+    graphs = 2 * len(_capture_sizes(seqs, tokens))  # piecewise + full decode graphs
+    return graphs * len(layers) * CUDA_GRAPH_MIB_PER_GRAPH_LAYER * MIB
+
+
+# --------------------------------------------------------------------------
+# Defaults vLLM applies
+# --------------------------------------------------------------------------
+
+
+def resolve_batch_defaults(settings: Settings, device: Device, max_model_len: int, world: int) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) as ``vllm serve`` would pick them."""
+    acct = Accounting.for_version(settings.vllm_version, settings.engine)
+    seqs = settings.max_num_seqs
+    tokens = settings.max_num_batched_tokens
+    if device.kind == "cpu":
+        seqs = seqs or 128 * world
+        tokens = tokens or 2048 * world
+        return seqs, min(tokens, seqs * max_model_len) if not settings.max_num_batched_tokens else tokens
+    if acct.engine == "v0":
+        seqs = seqs or 256
+        if tokens is None:
+            # V0 turned chunked prefill on by default above 32K context.
+            tokens = 2048 if max_model_len > 32768 else max(max_model_len, 2048)
+        return seqs, tokens
+    large = device.total_gib >= 70 and "a100" not in device.name.lower() and "a800" not in device.name.lower()
+    if device.total_gib >= 160:
+        default_tokens, default_seqs = 16384, 1024
+    elif large:
+        default_tokens, default_seqs = 8192, 1024
+    else:
+        default_tokens, default_seqs = 2048, 256
+    seqs = seqs or default_seqs
+    if tokens is None:
+        tokens = min(default_tokens, seqs * max_model_len)
+    return seqs, tokens
+
+
+# --------------------------------------------------------------------------
+# The estimate
+# --------------------------------------------------------------------------
+
+
+def estimate(
+    spec: ModelSpec,
+    device: Device,
+    settings: Settings | None = None,
+    *,
+    devices_per_stage: list[Device] | None = None,
+    nvlink: bool = True,
+) -> Estimate:
+    """Memory of one vLLM instance with ``settings`` on ``device`` GPUs.
+
+    ``devices_per_stage`` gives a different device per PP stage (mixed GPUs);
+    otherwise every rank is ``device``.
+    """
+    settings = settings or Settings()
+    settings.validate()
+    acct = Accounting.for_version(settings.vllm_version, settings.engine)
+    tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
+    dp = settings.data_parallel_size
+    ep = tp * dp if settings.enable_expert_parallel and spec.is_moe else 1
+    notes: list[str] = []
+    if device.kind != "cpu" and device.total_gib <= 0:
+        raise PlanError("--gpu-memory-gib", f"must be positive, got {device.total_gib}", "pass the GPU's total memory in GiB")
+    if pp > spec.num_layers:
+        raise PlanError(
+            "--pipeline-parallel-size",
+            f"{pp} stages for {spec.num_layers} layers",
+            f"use at most {spec.num_layers} pipeline stages",
+        )
+    heads = spec.num_attention_heads
+    if heads % tp:
+        divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 16]
+        raise PlanError(
+            "--tensor-parallel-size",
+            f"TP={tp} does not divide the {heads} attention heads of {spec.name}",
+            f"use one of {divisors}, or pipeline parallelism",
+        )
+    if spec.num_kv_heads and not spec.is_mla and tp > spec.num_kv_heads and tp % spec.num_kv_heads:
+        raise PlanError(
+            "--tensor-parallel-size",
+            f"TP={tp} is neither a divisor nor a multiple of the {spec.num_kv_heads} KV heads",
+            "use a TP size that divides or is a multiple of the KV heads",
+        )
+    if spec.is_moe and ep > spec.num_experts:
+        raise PlanError("--enable-expert-parallel", f"EP size {ep} exceeds {spec.num_experts} experts", "use fewer GPUs per instance")
+    partition = list(settings.layer_partition) if settings.layer_partition else default_partition(spec.num_layers, pp)
+    check_partition(partition, spec.num_layers, pp)
+    stage_devices = devices_per_stage or [device] * pp
+    if len(stage_devices) != pp:
+        raise PlanError("devices_per_stage", f"{len(stage_devices)} devices for {pp} stages", "give one device per stage")
+
+    mml_cap = spec.max_position_embeddings
+    mml = settings.max_model_len or mml_cap
+    if settings.max_model_len and settings.max_model_len > mml_cap:
+        notes.append(
+            f"max_model_len {settings.max_model_len} exceeds max_position_embeddings {mml_cap}: "
+            "vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+        )
+    smallest = min(stage_devices, key=lambda d: d.total_gib)
+    seqs, tokens = resolve_batch_defaults(settings, smallest, mml, tp * pp)
+    quant = _quant(spec, settings)
+    db = _dtype_bytes(spec, settings, smallest)
+    kv_b = _kv_dtype_bytes(settings, db)
+    if settings.block_size:
+        block = settings.block_size
+    elif device.kind == "cpu":
+        block = 128
+    elif spec.is_mla and acct.engine == "v1" and smallest.sm_major >= 9:
+        block = 64
+    else:
+        block = 16
+    ratios = _file_ratios(spec, quant, db)
+
+    stage_info: list[dict[str, Any]] = []
+    start = 0
+    for stage, count in enumerate(partition):
+        layers = list(range(start, start + count))
+        start += count
+        dev = stage_devices[stage]
+        first, last = stage == 0, stage == pp - 1
+        parts = _stage_parts(spec, layers, first, last, tp, ep, quant, db, pp, acct)
+        weights = (
+            parts.embed * ratios.get("embed", 1.0)
+            + parts.head * ratios.get("head", 1.0)
+            + parts.layer * ratios.get("layer", 1.0)
+            + parts.vision
+            + parts.other
+        )
+        act = _activation_bytes(spec, layers, last, tp, ep, tokens, min(seqs, tokens), db, acct)
+        nt_in, nt_out = _non_torch_bytes(tp, pp, dev, acct, nvlink)
+        graphs = _cuda_graph_bytes(spec, layers, seqs, tokens, settings, dev)
+        budget = dev.total_gib * GIB * settings.gpu_memory_utilization
+        if dev.kind == "cpu":
+            budget = dev.total_gib * GIB * settings.gpu_memory_utilization
+        available = budget - weights - act - nt_in - (graphs if acct.graphs_in_budget else 0.0)
+        if settings.kv_cache_memory_bytes is not None:
+            available = float(settings.kv_cache_memory_bytes)
+        layout = _kv_layout(spec, layers, tp, kv_b, block, acct)
+        per_block = layout.page_bytes * layout.group_size
+        blocks = int(available // per_block) if available > 0 and per_block else 0
+        stage_info.append(
+            {
+                "layers": layers, "weights": weights, "act": act, "nt": nt_in, "nt_out": nt_out,
+                "graphs": graphs, "budget": budget, "available": available, "layout": layout,
+                "per_block": per_block, "blocks": blocks, "device": dev,
+            }
+        )
+
+    num_blocks = min(s["blocks"] for s in stage_info)
+    # Requests need blocks in every stage's pool; stages share the block count.
+    layout0 = stage_info[0]["layout"]
+    need = max(_blocks_per_request(s["layout"], mml, block, tokens) for s in stage_info)
+    conc = num_blocks / need if need else 0.0
+    kv_tokens = num_blocks * block if acct.engine == "v0" else int(conc * mml)
+    fit_len = min(_max_len_fit(s["layout"], num_blocks, block, tokens, mml_cap) for s in stage_info)
+    del layout0
+
+    ranks: list[RankMemory] = []
+    for stage, info in enumerate(stage_info):
+        layout = info["layout"]
+        tok_bytes = int(layout.page_bytes // block * len(info["layers"]))
+        for tp_rank in range(tp):
+            dev = info["device"]
+            ranks.append(
+                RankMemory(
+                    rank=stage * tp + tp_rank,
+                    pp_stage=stage,
+                    tp_rank=tp_rank,
+                    layers=[info["layers"][0], info["layers"][-1] + 1] if info["layers"] else [0, 0],
+                    weights_gib=info["weights"] / GIB,
+                    activation_gib=info["act"] / GIB,
+                    non_torch_gib=info["nt"] / GIB,
+                    cuda_graph_gib=info["graphs"] / GIB,
+                    available_kv_gib=info["available"] / GIB,
+                    kv_cache_gib=num_blocks * info["per_block"] / GIB,
+                    kv_bytes_per_token=tok_bytes,
+                    kv_cache_tokens=kv_tokens,
+                    num_gpu_blocks=num_blocks,
+                    budget_gib=info["budget"] / GIB,
+                    total_gib=dev.total_gib,
+                    startup_overhead_gib=info["nt_out"] / GIB,
+                )
+            )
+
+    fits, reason = True, "fits"
+    worst = min(stage_info, key=lambda s: s["available"])
+    if worst["available"] <= 0:
+        fits = False
+        reason = (
+            f"weights and overheads exceed the budget on stage {stage_info.index(worst)} by "
+            f"{-worst['available'] / GIB:.2f} GiB (budget {worst['budget'] / GIB:.2f} GiB = "
+            f"{worst['device'].total_gib:.2f} GiB x {settings.gpu_memory_utilization})"
+        )
+    elif num_blocks < need:
+        fits = False
+        missing = max((need - num_blocks) * s["per_block"] for s in stage_info) / GIB
+        reason = (
+            f"the KV cache holds {kv_tokens} tokens but one request of max_model_len={mml} needs "
+            f"{need * block} ({missing:.2f} GiB more); the largest max_model_len that fits is {fit_len}"
+        )
+    else:
+        for info in stage_info:
+            dev = info["device"]
+            if dev.kind == "cpu":
+                continue
+            needed = info["budget"] + info["nt_out"]
+            free = (dev.free_gib if dev.free_gib is not None else dev.total_gib) * GIB
+            if needed > free:
+                fits = False
+                reason = (
+                    f"gpu_memory_utilization {settings.gpu_memory_utilization} asks for "
+                    f"{info['budget'] / GIB:.2f} GiB but only {(free - info['nt_out']) / GIB:.2f} GiB is free after "
+                    f"the CUDA context and NCCL ({info['nt_out'] / GIB:.2f} GiB); lower it"
+                )
+                break
+    if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
+        notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")
+    return Estimate(
+        model=spec.name,
+        device=device.name,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        data_parallel_size=dp,
+        enable_expert_parallel=ep > 1,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        max_model_len=mml,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        block_size=block,
+        dtype=settings.dtype if settings.dtype != "auto" else spec.torch_dtype,
+        kv_cache_dtype=settings.kv_cache_dtype,
+        quantization=quant.method if quant else None,
+        enforce_eager=settings.enforce_eager,
+        layer_partition=partition,
+        ranks=ranks,
+        num_gpu_blocks=num_blocks,
+        kv_cache_tokens=kv_tokens,
+        max_concurrency=conc,
+        max_model_len_fit=fit_len,
+        fits=fits,
+        reason=reason,
+        vllm_version=settings.vllm_version,
+        notes=notes,
+    )
+
+
+def gib(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def round_up(value: float, step: int) -> int:
+    return int(math.ceil(value / step) * step)

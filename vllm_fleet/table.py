@@ -1,0 +1,125 @@
+"""Plain-text tables for people: the estimate with per-GPU bars, and the plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_fleet.memory import Estimate
+
+BAR_WIDTH = 40
+
+
+def _bar(parts: list[tuple[str, float]], total: float) -> str:
+    """A bar of ``BAR_WIDTH`` cells: W weights, O overheads, K KV cache, . unused."""
+    if total <= 0:
+        return "." * BAR_WIDTH
+    cells = ""
+    for char, value in parts:
+        cells += char * max(0, round(value / total * BAR_WIDTH))
+    cells = cells[:BAR_WIDTH]
+    return cells + "." * (BAR_WIDTH - len(cells))
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    line = "  ".join(h.ljust(widths[i]) for i, h in enumerate(headers))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for row in rows:
+        out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)))
+    return "\n".join(out)
+
+
+def render_estimate(est: Estimate) -> str:
+    head = (
+        f"{est.model} on {est.device}: TP={est.tensor_parallel_size} PP={est.pipeline_parallel_size}"
+        f" util={est.gpu_memory_utilization} max_model_len={est.max_model_len}"
+        f" max_num_seqs={est.max_num_seqs} max_num_batched_tokens={est.max_num_batched_tokens}"
+        f" dtype={est.dtype} kv={est.kv_cache_dtype}"
+        + (f" quant={est.quantization}" if est.quantization else "")
+        + (" eager" if est.enforce_eager else "")
+    )
+    rows = []
+    seen: set[int] = set()
+    for r in est.ranks:
+        # TP ranks of one stage are identical; show one line per stage.
+        if r.pp_stage in seen:
+            continue
+        seen.add(r.pp_stage)
+        over = r.activation_gib + r.non_torch_gib + r.cuda_graph_gib
+        bar = _bar([("W", r.weights_gib), ("O", over), ("K", r.kv_cache_gib)], r.total_gib)
+        ranks = f"{r.rank}-{r.rank + est.tensor_parallel_size - 1}" if est.tensor_parallel_size > 1 else str(r.rank)
+        rows.append(
+            [
+                ranks,
+                f"{r.layers[0]}-{r.layers[1] - 1}",
+                f"{r.weights_gib:.2f}",
+                f"{r.activation_gib:.2f}",
+                f"{r.non_torch_gib:.2f}",
+                f"{r.cuda_graph_gib:.2f}",
+                f"{r.kv_cache_gib:.2f}",
+                f"{r.total_gib:.2f}",
+                bar,
+            ]
+        )
+    table = format_table(
+        ["ranks", "layers", "weights", "activ.", "non-torch", "graphs", "KV", "total", "W=weights O=overheads K=KV"],
+        rows,
+    )
+    verdict = "FITS" if est.fits else "DOES NOT FIT"
+    lines = [
+        head,
+        "",
+        table,
+        "",
+        f"KV cache: {est.kv_cache_tokens:,} tokens per instance ({est.kv_bytes_per_token:,} bytes/token/GPU, "
+        f"{est.num_gpu_blocks:,} blocks of {est.block_size}); "
+        f"max concurrency at {est.max_model_len:,} tokens: {est.max_concurrency:.2f}x; "
+        f"largest max_model_len that fits: {est.max_model_len_fit:,}",
+        f"{verdict}: {est.reason}",
+    ]
+    lines += [f"note: {n}" for n in est.notes]
+    return "\n".join(lines)
+
+
+def render_plan(plan: dict[str, Any]) -> str:
+    rows = []
+    for inst in plan["instances"]:
+        mem = inst["memory"]
+        stages = ", ".join(f"{s['node']}x{s['gpu_count']}[{s['layers'][0]}-{s['layers'][1] - 1}]" for s in inst["stages"])
+        rows.append(
+            [
+                inst["name"],
+                f"TP{inst['tensor_parallel_size']} PP{inst['pipeline_parallel_size']}"
+                + (f" DP{inst['data_parallel_size']}" if inst["data_parallel_size"] > 1 else "")
+                + (" EP" if inst["enable_expert_parallel"] else ""),
+                stages,
+                f"{mem['weights_gib']:.1f}",
+                f"{mem['kv_cache_gib']:.1f}",
+                f"{mem['kv_cache_tokens']:,}",
+                f"{mem['max_concurrency']:.1f}x",
+                str(inst["max_model_len"]),
+            ]
+        )
+    lines = [
+        f"Plan for {plan['model']} on {plan['cluster']['nodes']} node(s), {plan['cluster']['gpus']} GPU(s): "
+        f"{plan['summary']}",
+        "",
+        format_table(
+            ["instance", "layout", "stages (node x GPUs [layers])", "W GiB/GPU", "KV GiB/GPU", "KV tokens", "conc.", "max_len"],
+            rows,
+        ),
+    ]
+    if plan["gateway"]["upstreams"]:
+        lines += ["", f"gateway: {plan['gateway']['strategy']} over " + ", ".join(plan["gateway"]["upstreams"])]
+    for warn in plan.get("warnings", []):
+        lines.append(f"warning: {warn}")
+    if plan["rejected"]:
+        lines += ["", "Rejected layouts:"]
+        for rej in plan["rejected"][:12]:
+            lines.append(f"  - {rej['layout']}: {rej['reason']}")
+        if len(plan["rejected"]) > 12:
+            lines.append(f"  ... {len(plan['rejected']) - 12} more (see --json)")
+    return "\n".join(lines)
