@@ -12,13 +12,28 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def _llama(layers: int, hidden: int, heads: int, kv: int, inter: int, vocab: int = 128256,
-           max_pos: int = 131072, tied: bool = False, head_dim: int | None = None,
-           dtype: str = "bfloat16") -> dict[str, Any]:
+def _llama(
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    inter: int,
+    vocab: int = 128256,
+    max_pos: int = 131072,
+    tied: bool = False,
+    head_dim: int | None = None,
+    dtype: str = "bfloat16",
+) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "model_type": "llama", "num_hidden_layers": layers, "hidden_size": hidden,
-        "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter,
-        "vocab_size": vocab, "max_position_embeddings": max_pos, "tie_word_embeddings": tied,
+        "model_type": "llama",
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "intermediate_size": inter,
+        "vocab_size": vocab,
+        "max_position_embeddings": max_pos,
+        "tie_word_embeddings": tied,
         "torch_dtype": dtype,
     }
     if head_dim:
@@ -26,69 +41,140 @@ def _llama(layers: int, hidden: int, heads: int, kv: int, inter: int, vocab: int
     return cfg
 
 
-def _qwen2(layers: int, hidden: int, heads: int, kv: int, inter: int, vocab: int,
-           tied: bool, max_pos: int = 32768) -> dict[str, Any]:
+def _qwen2(
+    layers: int, hidden: int, heads: int, kv: int, inter: int, vocab: int, tied: bool, max_pos: int = 32768
+) -> dict[str, Any]:
     return {
-        "model_type": "qwen2", "num_hidden_layers": layers, "hidden_size": hidden,
-        "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter,
-        "vocab_size": vocab, "max_position_embeddings": max_pos, "tie_word_embeddings": tied,
+        "model_type": "qwen2",
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "intermediate_size": inter,
+        "vocab_size": vocab,
+        "max_position_embeddings": max_pos,
+        "tie_word_embeddings": tied,
         "torch_dtype": "bfloat16",
     }
 
 
-def _qwen3(layers: int, hidden: int, heads: int, kv: int, inter: int, tied: bool,
-           max_pos: int = 40960, **moe: Any) -> dict[str, Any]:
+def _qwen3(
+    layers: int, hidden: int, heads: int, kv: int, inter: int, tied: bool, max_pos: int = 40960, **moe: Any
+) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "model_type": "qwen3_moe" if moe else "qwen3", "num_hidden_layers": layers,
-        "hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": kv,
-        "head_dim": 128, "intermediate_size": inter, "vocab_size": 151936,
-        "max_position_embeddings": max_pos, "tie_word_embeddings": tied, "torch_dtype": "bfloat16",
+        "model_type": "qwen3_moe" if moe else "qwen3",
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": 128,
+        "intermediate_size": inter,
+        "vocab_size": 151936,
+        "max_position_embeddings": max_pos,
+        "tie_word_embeddings": tied,
+        "torch_dtype": "bfloat16",
     }
     cfg.update(moe)
     return cfg
 
 
 _DEEPSEEK_V3: dict[str, Any] = {
-    "model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168,
-    "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
-    "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
-    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
-    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-    "v_head_dim": 128, "vocab_size": 129280, "max_position_embeddings": 163840,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "num_nextn_predict_layers": 1,
-    "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                            "weight_block_size": [128, 128]},
+    "model_type": "deepseek_v3",
+    "num_hidden_layers": 61,
+    "hidden_size": 7168,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "moe_layer_freq": 1,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+    "max_position_embeddings": 163840,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "num_nextn_predict_layers": 1,
+    "quantization_config": {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+    },
 }
 
 
 def _gpt_oss(layers: int, experts: int) -> dict[str, Any]:
     return {
-        "model_type": "gpt_oss", "num_hidden_layers": layers, "hidden_size": 2880,
-        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-        "intermediate_size": 2880, "num_local_experts": experts, "experts_per_token": 4,
-        "vocab_size": 201088, "max_position_embeddings": 131072, "sliding_window": 128,
+        "model_type": "gpt_oss",
+        "num_hidden_layers": layers,
+        "hidden_size": 2880,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "num_local_experts": experts,
+        "experts_per_token": 4,
+        "vocab_size": 201088,
+        "max_position_embeddings": 131072,
+        "sliding_window": 128,
         "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
-        "attention_bias": True, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "attention_bias": True,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
         "quantization_config": {"quant_method": "mxfp4"},
     }
 
 
 def _mixtral(layers: int, hidden: int, heads: int, inter: int, vocab: int, max_pos: int) -> dict[str, Any]:
     return {
-        "model_type": "mixtral", "num_hidden_layers": layers, "hidden_size": hidden,
-        "num_attention_heads": heads, "num_key_value_heads": 8, "intermediate_size": inter,
-        "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": vocab,
-        "max_position_embeddings": max_pos, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "model_type": "mixtral",
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 8,
+        "intermediate_size": inter,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": vocab,
+        "max_position_embeddings": max_pos,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
     }
 
 
-def _gemma(model_type: str, layers: int, hidden: int, heads: int, kv: int, head_dim: int,
-           inter: int, vocab: int, window: int, max_pos: int, vision: int = 0) -> dict[str, Any]:
+def _gemma(
+    model_type: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    head_dim: int,
+    inter: int,
+    vocab: int,
+    window: int,
+    max_pos: int,
+    vision: int = 0,
+) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "model_type": model_type, "num_hidden_layers": layers, "hidden_size": hidden,
-        "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
-        "intermediate_size": inter, "vocab_size": vocab, "sliding_window": window,
-        "max_position_embeddings": max_pos, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+        "model_type": model_type,
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "intermediate_size": inter,
+        "vocab_size": vocab,
+        "sliding_window": window,
+        "max_position_embeddings": max_pos,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
     }
     if vision:
         cfg["vision_params"] = vision
@@ -119,12 +205,30 @@ MODELS: dict[str, dict[str, Any]] = {
     "Qwen/Qwen3-8B": _qwen3(36, 4096, 32, 8, 12288, False),
     "Qwen/Qwen3-14B": _qwen3(40, 5120, 40, 8, 17408, False),
     "Qwen/Qwen3-32B": _qwen3(64, 5120, 64, 8, 25600, False),
-    "Qwen/Qwen3-30B-A3B": _qwen3(48, 2048, 32, 4, 6144, False, num_experts=128,
-                                 num_experts_per_tok=8, moe_intermediate_size=768,
-                                 decoder_sparse_step=1),
-    "Qwen/Qwen3-235B-A22B": _qwen3(94, 4096, 64, 4, 12288, False, num_experts=128,
-                                   num_experts_per_tok=8, moe_intermediate_size=1536,
-                                   decoder_sparse_step=1),
+    "Qwen/Qwen3-30B-A3B": _qwen3(
+        48,
+        2048,
+        32,
+        4,
+        6144,
+        False,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+        decoder_sparse_step=1,
+    ),
+    "Qwen/Qwen3-235B-A22B": _qwen3(
+        94,
+        4096,
+        64,
+        4,
+        12288,
+        False,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1536,
+        decoder_sparse_step=1,
+    ),
     "deepseek-ai/DeepSeek-V3": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-R1": _DEEPSEEK_V3,
     "mistralai/Mixtral-8x7B-v0.1": _mixtral(32, 4096, 32, 14336, 32000, 32768),
@@ -133,10 +237,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "openai/gpt-oss-120b": _gpt_oss(36, 128),
     "google/gemma-2-9b": _gemma("gemma2", 42, 3584, 16, 8, 256, 14336, 256000, 4096, 8192),
     "google/gemma-2-27b": _gemma("gemma2", 46, 4608, 32, 16, 128, 36864, 256000, 4096, 8192),
-    "google/gemma-3-12b-it": _gemma("gemma3", 48, 3840, 16, 8, 256, 15360, 262208, 1024, 131072,
-                                    vision=417_000_000),
-    "google/gemma-3-27b-it": _gemma("gemma3", 62, 5376, 32, 16, 128, 21504, 262208, 1024, 131072,
-                                    vision=417_000_000),
+    "google/gemma-3-12b-it": _gemma("gemma3", 48, 3840, 16, 8, 256, 15360, 262208, 1024, 131072, vision=417_000_000),
+    "google/gemma-3-27b-it": _gemma("gemma3", 62, 5376, 32, 16, 128, 21504, 262208, 1024, 131072, vision=417_000_000),
 }
 
 # Names people use for the same weights (instruct/chat variants share the architecture).
@@ -224,17 +326,37 @@ GPUS: dict[str, GpuType] = {
 }
 
 _GPU_ALIASES: dict[str, str] = {
-    "h100": "h100-sxm", "h100-80g": "h100-sxm", "nvidia h100 80gb hbm3": "h100-sxm",
-    "nvidia h100 pcie": "h100-pcie", "nvidia h200": "h200", "nvidia h20": "h20",
-    "a100": "a100-80g", "a100-80gb": "a100-80g", "a100-sxm4-80gb": "a100-80g",
-    "nvidia a100-sxm4-80gb": "a100-80g", "nvidia a100 80gb pcie": "a100-80g",
-    "a100-40gb": "a100-40g", "nvidia a100-sxm4-40gb": "a100-40g",
-    "a800-80g": "a800", "nvidia a800-sxm4-80gb": "a800", "nvidia a800 80gb pcie": "a800",
-    "nvidia l20": "l20", "nvidia l40s": "l40s", "nvidia l40": "l40", "nvidia l4": "l4",
-    "nvidia a10": "a10", "nvidia a10g": "a10g", "tesla t4": "t4",
-    "nvidia geforce rtx 4090": "rtx-4090", "nvidia geforce rtx 3090": "rtx-3090",
-    "4090": "rtx-4090", "3090": "rtx-3090", "b200": "b200", "nvidia b200": "b200",
-    "tesla v100-sxm2-32gb": "v100-32g", "v100": "v100-32g",
+    "h100": "h100-sxm",
+    "h100-80g": "h100-sxm",
+    "nvidia h100 80gb hbm3": "h100-sxm",
+    "nvidia h100 pcie": "h100-pcie",
+    "nvidia h200": "h200",
+    "nvidia h20": "h20",
+    "a100": "a100-80g",
+    "a100-80gb": "a100-80g",
+    "a100-sxm4-80gb": "a100-80g",
+    "nvidia a100-sxm4-80gb": "a100-80g",
+    "nvidia a100 80gb pcie": "a100-80g",
+    "a100-40gb": "a100-40g",
+    "nvidia a100-sxm4-40gb": "a100-40g",
+    "a800-80g": "a800",
+    "nvidia a800-sxm4-80gb": "a800",
+    "nvidia a800 80gb pcie": "a800",
+    "nvidia l20": "l20",
+    "nvidia l40s": "l40s",
+    "nvidia l40": "l40",
+    "nvidia l4": "l4",
+    "nvidia a10": "a10",
+    "nvidia a10g": "a10g",
+    "tesla t4": "t4",
+    "nvidia geforce rtx 4090": "rtx-4090",
+    "nvidia geforce rtx 3090": "rtx-3090",
+    "4090": "rtx-4090",
+    "3090": "rtx-3090",
+    "b200": "b200",
+    "nvidia b200": "b200",
+    "tesla v100-sxm2-32gb": "v100-32g",
+    "v100": "v100-32g",
 }
 
 

@@ -58,7 +58,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model folder with config.json, or a catalog name")
-    p.add_argument("--gpu-memory-utilization", type=_fraction, default=None, help="fraction of total GPU memory (default 0.9)")
+    p.add_argument(
+        "--gpu-memory-utilization", type=_fraction, default=None, help="fraction of total GPU memory (default 0.9)"
+    )
     p.add_argument("--max-model-len", type=_positive_int, default=None)
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto")
     p.add_argument("--quantization", default=None, help="fp8, awq, gptq, compressed-tensors, mxfp4, bitsandbytes, ...")
@@ -95,9 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
     plan.add_argument("--enforce-eager", action="store_true")
     plan.add_argument("--target-concurrency", type=_positive_int, default=None)
-    plan.add_argument("--strategy", action="append", default=None,
-                      choices=["replicas", "tp", "pp", "dp_ep", "instances"],
-                      help="allowed strategies (repeat); default all")
+    plan.add_argument(
+        "--strategy",
+        action="append",
+        default=None,
+        choices=["replicas", "tp", "pp", "dp_ep", "instances"],
+        help="allowed strategies (repeat); default all",
+    )
 
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the built-in GPU catalog")
@@ -108,7 +114,9 @@ def _device_from_args(args: argparse.Namespace) -> Device:
     if args.gpu:
         gpu = lookup_gpu(args.gpu)
         if gpu is None:
-            raise PlanError("--gpu", f"unknown GPU '{args.gpu}'", "use --gpu-memory-gib, or a name from 'vllm-fleet gpus'")
+            raise PlanError(
+                "--gpu", f"unknown GPU '{args.gpu}'", "use --gpu-memory-gib, or a name from 'vllm-fleet gpus'"
+            )
         if gpu.device == "cpu":
             raise PlanError("--gpu", "CPU needs its memory size", "use --gpu-memory-gib for the CPU KV space")
         return Device(gpu.name, gpu.memory_gib, gpu.device, _sm_major(gpu.arch))
@@ -125,7 +133,9 @@ def _partition(text: str | None) -> list[int] | None:
     try:
         return [int(x) for x in text.split(",")]
     except ValueError as exc:
-        raise PlanError("--layer-partition", f"'{text}' is not a comma-separated list of integers", "e.g. 40,40") from exc
+        raise PlanError(
+            "--layer-partition", f"'{text}' is not a comma-separated list of integers", "e.g. 40,40"
+        ) from exc
 
 
 def run_estimate(args: argparse.Namespace) -> int:

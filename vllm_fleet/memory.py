@@ -131,12 +131,16 @@ class Settings:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 flag = "--" + name.replace("_", "-")
-                raise PlanError(flag, f"must be a positive integer, got {value!r}", f"pass {flag} 1 or more, or omit it")
+                raise PlanError(
+                    flag, f"must be a positive integer, got {value!r}", f"pass {flag} 1 or more, or omit it"
+                )
         if self.dtype not in ("auto", "bfloat16", "float16", "float32", "half", "float"):
             raise PlanError("--dtype", f"unknown dtype '{self.dtype}'", "use auto, bfloat16, float16 or float32")
         if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"):
             raise PlanError(
-                "--kv-cache-dtype", f"unknown KV cache dtype '{self.kv_cache_dtype}'", "use auto, fp8, fp8_e4m3 or fp8_e5m2"
+                "--kv-cache-dtype",
+                f"unknown KV cache dtype '{self.kv_cache_dtype}'",
+                "use auto, fp8, fp8_e4m3 or fp8_e5m2",
             )
 
 
@@ -432,8 +436,16 @@ def _vocab_rows(spec: ModelSpec, tp: int) -> int:
 
 
 def _stage_parts(
-    spec: ModelSpec, layers: list[int], first: bool, last: bool, tp: int, ep: int,
-    quant: QuantSpec | None, db: float, pp: int, acct: Accounting,
+    spec: ModelSpec,
+    layers: list[int],
+    first: bool,
+    last: bool,
+    tp: int,
+    ep: int,
+    quant: QuantSpec | None,
+    db: float,
+    pp: int,
+    acct: Accounting,
 ) -> _Parts:
     parts = _Parts()
     rows = _vocab_rows(spec, tp)
@@ -544,8 +556,15 @@ def _max_len_fit(layout: _KvLayout, blocks: int, block: int, mbt: int, cap: int)
 
 
 def _activation_bytes(
-    spec: ModelSpec, layers: list[int], last: bool, tp: int, ep: int, tokens: int, seqs: int,
-    db: float, acct: Accounting,
+    spec: ModelSpec,
+    layers: list[int],
+    last: bool,
+    tp: int,
+    ep: int,
+    tokens: int,
+    seqs: int,
+    db: float,
+    acct: Accounting,
 ) -> float:
     h = spec.hidden_size
     residual = 3 * tokens * h * db  # hidden states, residual, normed input
@@ -610,7 +629,9 @@ def _capture_sizes(max_num_seqs: int, max_tokens: int) -> list[int]:
     return sizes
 
 
-def _cuda_graph_bytes(spec: ModelSpec, layers: list[int], seqs: int, tokens: int, settings: Settings, device: Device) -> float:
+def _cuda_graph_bytes(
+    spec: ModelSpec, layers: list[int], seqs: int, tokens: int, settings: Settings, device: Device
+) -> float:
     if settings.enforce_eager or device.kind == "cpu" or not layers:
         return 0.0
     graphs = 2 * len(_capture_sizes(seqs, tokens))  # piecewise + full decode graphs
@@ -676,7 +697,9 @@ def estimate(
     ep = tp * dp if settings.enable_expert_parallel and spec.is_moe else 1
     notes: list[str] = []
     if device.kind != "cpu" and device.total_gib <= 0:
-        raise PlanError("--gpu-memory-gib", f"must be positive, got {device.total_gib}", "pass the GPU's total memory in GiB")
+        raise PlanError(
+            "--gpu-memory-gib", f"must be positive, got {device.total_gib}", "pass the GPU's total memory in GiB"
+        )
     if pp > spec.num_layers:
         raise PlanError(
             "--pipeline-parallel-size",
@@ -698,12 +721,18 @@ def estimate(
             "use a TP size that divides or is a multiple of the KV heads",
         )
     if spec.is_moe and ep > spec.num_experts:
-        raise PlanError("--enable-expert-parallel", f"EP size {ep} exceeds {spec.num_experts} experts", "use fewer GPUs per instance")
+        raise PlanError(
+            "--enable-expert-parallel",
+            f"EP size {ep} exceeds {spec.num_experts} experts",
+            "use fewer GPUs per instance",
+        )
     partition = list(settings.layer_partition) if settings.layer_partition else default_partition(spec.num_layers, pp)
     check_partition(partition, spec.num_layers, pp)
     stage_devices = devices_per_stage or [device] * pp
     if len(stage_devices) != pp:
-        raise PlanError("devices_per_stage", f"{len(stage_devices)} devices for {pp} stages", "give one device per stage")
+        raise PlanError(
+            "devices_per_stage", f"{len(stage_devices)} devices for {pp} stages", "give one device per stage"
+        )
 
     mml_cap = spec.max_position_embeddings
     mml = settings.max_model_len or mml_cap
@@ -756,9 +785,18 @@ def estimate(
         blocks = int(available // per_block) if available > 0 and per_block else 0
         stage_info.append(
             {
-                "layers": layers, "weights": weights, "act": act, "nt": nt_in, "nt_out": nt_out,
-                "graphs": graphs, "budget": budget, "available": available, "layout": layout,
-                "per_block": per_block, "blocks": blocks, "device": dev,
+                "layers": layers,
+                "weights": weights,
+                "act": act,
+                "nt": nt_in,
+                "nt_out": nt_out,
+                "graphs": graphs,
+                "budget": budget,
+                "available": available,
+                "layout": layout,
+                "per_block": per_block,
+                "blocks": blocks,
+                "device": dev,
             }
         )
 

@@ -174,9 +174,7 @@ def _quant_from_config(qcfg: dict[str, Any] | None, model_type: str) -> QuantSpe
     return quant_from_name(method, qcfg, model_type)
 
 
-def quant_from_name(
-    method: str, qcfg: dict[str, Any] | None = None, model_type: str = ""
-) -> QuantSpec | None:
+def quant_from_name(method: str, qcfg: dict[str, Any] | None = None, model_type: str = "") -> QuantSpec | None:
     """Map a quantization method (config.json or ``--quantization``) to bytes."""
     qcfg = qcfg or {}
     method = method.lower().replace("-", "_")
@@ -190,8 +188,7 @@ def quant_from_name(
     if method in ("awq", "awq_marlin", "gptq", "gptq_marlin", "marlin"):
         bits = int(qcfg.get("bits", qcfg.get("w_bit", 4)))
         group = int(qcfg.get("group_size", qcfg.get("q_group_size", 128)))
-        if group <= 0:
-            group = 0
+        group = max(0, group)
         # fp16 scale per group + packed zero point (bits/8) per group.
         return QuantSpec(method.split("_")[0], bits, group, 2 + bits / 8)
     if method in ("compressed_tensors",):
@@ -326,9 +323,7 @@ def spec_from_config(cfg: dict[str, Any], name: str, source: str = "config.json"
         sliding_window=window,
         layer_types=layer_types,
         rope_dim=rope_dim,
-        quant=_quant_from_config(
-            top.get("quantization_config") or cfg.get("quantization_config"), model_type
-        ),
+        quant=_quant_from_config(top.get("quantization_config") or cfg.get("quantization_config"), model_type),
         vision_params=vision_params,
         source=source,
     )

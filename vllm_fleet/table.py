@@ -88,7 +88,9 @@ def render_plan(plan: dict[str, Any]) -> str:
     rows = []
     for inst in plan["instances"]:
         mem = inst["memory"]
-        stages = ", ".join(f"{s['node']}x{s['gpu_count']}[{s['layers'][0]}-{s['layers'][1] - 1}]" for s in inst["stages"])
+        stages = ", ".join(
+            f"{s['node']}x{s['gpu_count']}[{s['layers'][0]}-{s['layers'][1] - 1}]" for s in inst["stages"]
+        )
         rows.append(
             [
                 inst["name"],
@@ -108,7 +110,16 @@ def render_plan(plan: dict[str, Any]) -> str:
         f"{plan['summary']}",
         "",
         format_table(
-            ["instance", "layout", "stages (node x GPUs [layers])", "W GiB/GPU", "KV GiB/GPU", "KV tokens", "conc.", "max_len"],
+            [
+                "instance",
+                "layout",
+                "stages (node x GPUs [layers])",
+                "W GiB/GPU",
+                "KV GiB/GPU",
+                "KV tokens",
+                "conc.",
+                "max_len",
+            ],
             rows,
         ),
     ]

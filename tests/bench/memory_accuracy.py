@@ -78,8 +78,9 @@ def _total_gib(entry: dict[str, Any]) -> float | None:
     text = " ".join(str(entry.get(k) or "") for k in ("gpu_model", "notes", "source", "id")).lower()
     for name in ("mi300x", "rtx 2000 ada", "rtx2000ada", "a100-80g", "4xa100-80g"):
         if name in text:
-            gpu = lookup_gpu({"rtx 2000 ada": "rtx-2000-ada", "rtx2000ada": "rtx-2000-ada",
-                              "4xa100-80g": "a100-80g"}.get(name, name))
+            gpu = lookup_gpu(
+                {"rtx 2000 ada": "rtx-2000-ada", "rtx2000ada": "rtx-2000-ada", "4xa100-80g": "a100-80g"}.get(name, name)
+            )
             if gpu:
                 return gpu.memory_gib
     return None
@@ -144,8 +145,11 @@ def run_entry(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
         obs_bpt = pool * 2**30 / tokens
     elif pool and blocks:
         obs_bpt = pool * 2**30 / (blocks * bs)
-    row["kv_bytes_per_token"] = (est["kv_bytes_per_token"], round(obs_bpt) if obs_bpt else None,
-                                 rel(est["kv_bytes_per_token"], obs_bpt))
+    row["kv_bytes_per_token"] = (
+        est["kv_bytes_per_token"],
+        round(obs_bpt) if obs_bpt else None,
+        rel(est["kv_bytes_per_token"], obs_bpt),
+    )
     if total:
         if pool:
             row["kv_pool"] = (est["available_kv_gib"], pool, rel(est["available_kv_gib"], pool))

@@ -1,0 +1,96 @@
+"""Turn a chosen layout into what the roles run: ``vllm serve`` arguments,
+environment, Ray placement bundles and the gateway's upstreams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_fleet.cluster import Node
+from vllm_fleet.memory import Estimate, default_partition
+
+DEFAULT_PORT = 8000
+
+
+def placement(tp: int, pp: int, nodes: list[str]) -> dict[str, Any]:
+    """One ``{"GPU": TP}`` bundle per PP stage; spread when stages are on
+    distinct nodes, packed when they share one."""
+    strategy = "STRICT_SPREAD" if len(set(nodes)) > 1 and len(set(nodes)) == len(nodes) else "PACK"
+    return {"bundles": [{"GPU": tp} for _ in range(pp)], "strategy": strategy}
+
+
+def vllm_args(
+    model_ref: str,
+    served_name: str,
+    est: Estimate,
+    *,
+    port: int,
+    multi_node: bool,
+    device_kind: str,
+    quantization: str | None,
+    dp_local: int | None = None,
+) -> list[str]:
+    """The exact ``vllm serve`` argument list for one instance."""
+    args = [
+        "serve",
+        model_ref,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_name,
+        "--tensor-parallel-size",
+        str(est.tensor_parallel_size),
+        "--pipeline-parallel-size",
+        str(est.pipeline_parallel_size),
+        "--max-model-len",
+        str(est.max_model_len),
+        "--max-num-seqs",
+        str(est.max_num_seqs),
+    ]
+    if device_kind == "cpu":
+        kv_bytes = int(min(r.kv_cache_gib for r in est.ranks) * (1 << 30))
+        args += ["--kv-cache-memory-bytes", str(kv_bytes)]
+    else:
+        args += ["--gpu-memory-utilization", f"{est.gpu_memory_utilization:g}"]
+    if est.data_parallel_size > 1:
+        args += ["--data-parallel-size", str(est.data_parallel_size)]
+        if dp_local is not None:
+            args += ["--data-parallel-size-local", str(dp_local)]
+    if est.enable_expert_parallel:
+        args.append("--enable-expert-parallel")
+    if multi_node and est.data_parallel_size == 1:
+        args += ["--distributed-executor-backend", "ray"]
+    if est.dtype not in ("auto",) and est.dtype != "bfloat16":
+        args += ["--dtype", est.dtype]
+    if quantization:
+        args += ["--quantization", quantization]
+    if est.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", est.kv_cache_dtype]
+    if est.enforce_eager:
+        args.append("--enforce-eager")
+    return args
+
+
+def instance_env(est: Estimate, partition_is_custom: bool, device_kind: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if est.pipeline_parallel_size > 1 and partition_is_custom:
+        env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(n) for n in est.layer_partition)
+    if device_kind == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(min(r.kv_cache_gib for r in est.ranks) + 0.999)))
+    return env
+
+
+def node_env(node: Node) -> dict[str, str]:
+    """Per-node variables that must be set when the containers are created."""
+    env: dict[str, str] = {}
+    if node.address:
+        env["VLLM_HOST_IP"] = node.address
+    if node.interface:
+        env["NCCL_SOCKET_IFNAME"] = node.interface
+        env["GLOO_SOCKET_IFNAME"] = node.interface
+    return env
+
+
+def is_custom_partition(partition: list[int], num_layers: int) -> bool:
+    return partition != default_partition(num_layers, len(partition))

@@ -1,0 +1,706 @@
+"""Choose how a model is laid out on a cluster.
+
+Candidates (each becomes instances behind the gateway, or is rejected with a
+one-sentence reason):
+
+* ``replicas``: single-node instances of TP (x PP inside the node) GPUs,
+  as many as the nodes of one GPU type hold;
+* ``pp``: instances spanning k nodes of one GPU type, TP inside each node and
+  one PP stage per node;
+* ``pp_mixed``: one stage per GPU type (mixed nodes), with a
+  ``VLLM_PP_LAYER_PARTITION`` that balances the memory left for KV cache;
+* ``instances``: independent single-node instances on every GPU type at once;
+* ``dp_ep``: MoE models, data parallel attention with expert parallel MoE;
+* ``tp_cross_node``: TP over several nodes, only with ``allow_cross_node_tp``.
+
+Hard constraints: TP divides the attention heads, TP <= GPUs in a node
+(unless cross-node TP is allowed), TP never mixes GPU types, PP <= layers.
+Ranking: fits, then meets the target concurrency, then fewer cross-node hops,
+then more instances (DP ranks count as instances), then more KV tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
+from vllm_fleet.errors import NothingFitsError, PlanError
+from vllm_fleet.memory import GIB, Device, Estimate, Settings, estimate
+from vllm_fleet.model_spec import ModelSpec
+from vllm_fleet.render import (
+    DEFAULT_PORT,
+    instance_env,
+    is_custom_partition,
+    node_env,
+    placement,
+    vllm_args,
+)
+
+__all__ = ["Wishes", "cluster_from_data", "load_cluster", "plan_cluster"]
+
+ALL_STRATEGIES = ("replicas", "tp", "pp", "dp_ep", "instances")
+MAX_PP_STAGES = 16
+
+
+@dataclass(frozen=True)
+class Wishes:
+    """What the operator asks for; None means "planner decides"."""
+
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    allow_cross_node_tp: bool = False
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    target_concurrency: int | None = None
+    strategies: tuple[str, ...] | None = None
+    model_ref: str | None = None
+    served_model_name: str | None = None
+    port: int = DEFAULT_PORT
+
+    def allows(self, strategy: str) -> bool:
+        allowed = self.strategies or ALL_STRATEGIES
+        if strategy in ("replicas", "instances"):
+            return "replicas" in allowed or "instances" in allowed or "tp" in allowed
+        if strategy in ("pp", "pp_mixed"):
+            return "pp" in allowed
+        if strategy == "tp_cross_node":
+            return "tp" in allowed
+        return strategy in allowed
+
+
+@dataclass
+class Candidate:
+    kind: str
+    tp: int
+    pp: int
+    dp: int
+    ep: bool
+    # one entry per instance: list of (node, gpus used on it, stage index)
+    instances: list[list[tuple[Node, int]]]
+    estimates: list[Estimate]
+    hops: int
+    partition: list[int] | None = None
+    label: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def layout(self) -> str:
+        if self.label:
+            return self.label
+        text = f"{self.kind}: TP={self.tp} PP={self.pp}"
+        if self.dp > 1:
+            text += f" DP={self.dp}"
+        if self.ep:
+            text += " EP"
+        text += f" x{len(self.instances)} instance(s)"
+        return text
+
+    def score(self, target: int | None) -> tuple[int, int, int, int, int, int]:
+        fits = all(e.fits for e in self.estimates)
+        conc = sum(e.max_concurrency * max(e.data_parallel_size, 1) for e in self.estimates)
+        meets = 1 if target is None or conc >= target else 0
+        units = sum(max(e.data_parallel_size, 1) for e in self.estimates)
+        kv = sum(e.kv_cache_tokens * max(e.data_parallel_size, 1) for e in self.estimates)
+        return (int(fits), meets, -self.hops, units, -self.pp, kv)
+
+
+def _valid_tps(spec: ModelSpec, max_tp: int) -> list[int]:
+    heads = spec.num_attention_heads
+    kv = spec.num_kv_heads
+    out = []
+    for tp in range(1, max_tp + 1):
+        if heads % tp:
+            continue
+        if not spec.is_mla and kv and tp > kv and tp % kv:
+            continue
+        if tp & (tp - 1) and tp not in (3, 6, 12):  # keep powers of two and a few common others
+            continue
+        out.append(tp)
+    return out
+
+
+class _Planner:
+    def __init__(self, spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
+        self.spec = spec
+        self.nodes = nodes
+        self.wishes = wishes
+        self.rejected: list[dict[str, Any]] = []
+        self.candidates: list[Candidate] = []
+        self.warnings: list[str] = []
+        self._cache: dict[tuple[Any, ...], Estimate] = {}
+        self.groups: dict[str, list[Node]] = {}
+        for node in nodes:
+            self.groups.setdefault(node.gpu_key, []).append(node)
+
+    # -- estimates ---------------------------------------------------------
+
+    def _settings(
+        self,
+        tp: int,
+        pp: int,
+        dp: int = 1,
+        ep: bool = False,
+        partition: list[int] | None = None,
+        max_model_len: int | None = None,
+    ) -> Settings:
+        w = self.wishes
+        return Settings(
+            tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
+            data_parallel_size=dp,
+            enable_expert_parallel=ep,
+            gpu_memory_utilization=w.gpu_memory_utilization or 0.9,
+            max_model_len=max_model_len or w.max_model_len,
+            max_num_seqs=w.max_num_seqs,
+            dtype=w.dtype,
+            quantization=w.quantization,
+            kv_cache_dtype=w.kv_cache_dtype,
+            enforce_eager=w.enforce_eager,
+            layer_partition=partition,
+        )
+
+    def _estimate(
+        self,
+        devices: list[Device],
+        tp: int,
+        pp: int,
+        dp: int = 1,
+        ep: bool = False,
+        partition: list[int] | None = None,
+        nvlink: bool = True,
+    ) -> Estimate:
+        key = (tuple(devices), tp, pp, dp, ep, tuple(partition or ()), nvlink)
+        if key in self._cache:
+            return self._cache[key]
+        est = estimate(
+            self.spec, devices[0], self._settings(tp, pp, dp, ep, partition), devices_per_stage=devices, nvlink=nvlink
+        )
+        if (
+            not est.fits
+            and self.wishes.max_model_len is None
+            and est.max_model_len_fit >= 1024
+            and "max_model_len" in est.reason
+        ):
+            # Nobody asked for the model's full context: serve the longest that fits.
+            fitted = est.max_model_len_fit // 1024 * 1024
+            lowered = estimate(
+                self.spec,
+                devices[0],
+                self._settings(tp, pp, dp, ep, partition, fitted),
+                devices_per_stage=devices,
+                nvlink=nvlink,
+            )
+            if lowered.fits:
+                lowered.notes.append(
+                    f"max_model_len lowered from {est.max_model_len} to {fitted} so one full-length request fits"
+                )
+                est = lowered
+        self._cache[key] = est
+        return est
+
+    def _reject(
+        self, kind: str, tp: int, pp: int, reason: str, dp: int = 1, ep: bool = False, nodes: list[str] | None = None
+    ) -> None:
+        layout = f"{kind}: TP={tp} PP={pp}" + (f" DP={dp}" if dp > 1 else "") + (" EP" if ep else "")
+        self.rejected.append(
+            {
+                "layout": layout,
+                "strategy": kind,
+                "tensor_parallel_size": tp,
+                "pipeline_parallel_size": pp,
+                "data_parallel_size": dp,
+                "enable_expert_parallel": ep,
+                "nodes": nodes or [],
+                "reason": reason,
+            }
+        )
+
+    # -- candidates --------------------------------------------------------
+
+    def _forced(self, tp: int, pp: int) -> bool:
+        w = self.wishes
+        return (w.tensor_parallel_size in (None, tp)) and (w.pipeline_parallel_size in (None, pp))
+
+    def _tp_options(self, group: list[Node]) -> list[int]:
+        per_node = min(n.gpu_count for n in group)
+        heads = self.spec.num_attention_heads
+        options = []
+        for tp in range(1, per_node + 1):
+            if tp & (tp - 1) and tp not in (3, 6, 12) and tp != per_node:
+                continue
+            if heads % tp:
+                self._reject(
+                    "replicas",
+                    tp,
+                    1,
+                    f"TP={tp} rejected: {heads} attention heads not divisible by {tp}",
+                    nodes=[group[0].name],
+                )
+                continue
+            kv = self.spec.num_kv_heads
+            if not self.spec.is_mla and kv and tp > kv and tp % kv:
+                self._reject("replicas", tp, 1, f"TP={tp} rejected: neither divides nor is a multiple of {kv} KV heads")
+                continue
+            options.append(tp)
+        return options
+
+    def single_node(self) -> None:
+        for group in self.groups.values():
+            dev = group[0].device()
+            per_node = min(n.gpu_count for n in group)
+            for tp in self._tp_options(group):
+                for pp in (1, 2, 4, 8):
+                    if tp * pp > per_node or pp > self.spec.num_layers or not self._forced(tp, pp):
+                        continue
+                    if pp > 1 and not self.wishes.allows("pp"):
+                        continue
+                    est = self._estimate([dev] * pp, tp, pp, nvlink=group[0].nvlink)
+                    if not est.fits:
+                        self._reject("replicas", tp, pp, f"on {dev.name}: {est.reason}", nodes=[n.name for n in group])
+                        continue
+                    instances = []
+                    for node in group:
+                        for _ in range(node.gpu_count // (tp * pp)):
+                            instances.append([(node, tp)] * pp)
+                    self.candidates.append(
+                        Candidate("replicas", tp, pp, 1, False, instances, [est] * len(instances), 0)
+                    )
+                    break  # within a node, PP only when TP alone does not fit
+
+    def multi_node_pp(self) -> None:
+        if not self.wishes.allows("pp"):
+            return
+        for group in self.groups.values():
+            if len(group) < 2:
+                continue
+            dev = group[0].device()
+            per_node = min(n.gpu_count for n in group)
+            tps = [t for t in self._tp_options(group) if t == per_node or self.wishes.tensor_parallel_size == t]
+            for tp in tps:
+                for k in range(2, min(len(group), MAX_PP_STAGES, self.spec.num_layers) + 1):
+                    if not self._forced(tp, k):
+                        continue
+                    est = self._estimate([dev] * k, tp, k, nvlink=group[0].nvlink)
+                    if not est.fits:
+                        self._reject("pp", tp, k, f"across {k} {dev.name} nodes: {est.reason}")
+                        continue
+                    instances = [[(node, tp) for node in group[i : i + k]] for i in range(0, len(group) - k + 1, k)]
+                    self.candidates.append(Candidate("pp", tp, k, 1, False, instances, [est] * len(instances), k - 1))
+                    break
+
+    def mixed_pp(self) -> None:
+        """One stage per GPU type; layers balanced so every stage keeps the most KV."""
+        if len(self.groups) < 2 or not self.wishes.allows("pp"):
+            return
+        groups = sorted(self.groups.values(), key=lambda g: -g[0].gpu_memory_gib)
+        count = min(len(g) for g in groups)
+        stages_nodes = [[g[i] for g in groups] for i in range(count)]
+        first = stages_nodes[0]
+        tp = min(n.gpu_count for n in first)
+        pp = len(first)
+        if self.spec.num_attention_heads % tp:
+            self._reject("pp_mixed", tp, pp, f"TP={tp} rejected: {self.spec.num_attention_heads} heads not divisible")
+            return
+        if not self._forced(tp, pp):
+            return
+        devices = [n.device() for n in first]
+        partition = self.balanced_partition(devices, tp)
+        if partition is None:
+            self._reject(
+                "pp_mixed", tp, pp, "no layer split leaves KV cache room on every stage", nodes=[n.name for n in first]
+            )
+            return
+        est = self._estimate(devices, tp, pp, partition=partition, nvlink=False)
+        if not est.fits:
+            self._reject(
+                "pp_mixed", tp, pp, f"with layer partition {partition}: {est.reason}", nodes=[n.name for n in first]
+            )
+            return
+        even = self._estimate(devices, tp, pp, nvlink=False)
+        if even.fits and even.kv_cache_tokens >= est.kv_cache_tokens:
+            partition, est = even.layer_partition, even
+        notes: tuple[str, ...] = ()
+        if even.kv_cache_tokens < est.kv_cache_tokens:
+            notes = (
+                f"mixed GPUs: vLLM gives every rank the smallest rank's KV block count; the even split "
+                f"{even.layer_partition} would hold {even.kv_cache_tokens:,} tokens, the balanced split "
+                f"{partition} holds {est.kv_cache_tokens:,}",
+            )
+        instances = [[(node, tp) for node in stage] for stage in stages_nodes]
+        self.candidates.append(
+            Candidate(
+                "pp_mixed", tp, pp, 1, False, instances, [est] * len(instances), pp - 1, partition, warnings=notes
+            )
+        )
+
+    def balanced_partition(self, devices: list[Device], tp: int) -> list[int] | None:
+        """Layer counts per stage that maximise the smallest stage's KV blocks."""
+        layers = self.spec.num_layers
+        pp = len(devices)
+        probe = self._estimate(devices, tp, pp, nvlink=False)
+        # Per-stage fixed bytes (non-layer) and per-layer weight/KV bytes, from the even split.
+        fixed, per_layer_w, per_layer_kv = [], [], []
+        for stage in range(pp):
+            rank = next(r for r in probe.ranks if r.pp_stage == stage)
+            n = rank.layers[1] - rank.layers[0]
+            layer_w = self._layer_weight_bytes(devices, tp, stage, n)
+            fixed.append(rank.budget_gib * GIB - rank.available_kv_gib * GIB - layer_w * n)
+            per_layer_w.append(layer_w)
+            per_layer_kv.append(rank.kv_bytes_per_token / max(n, 1) * probe.block_size)
+        budgets = [next(r for r in probe.ranks if r.pp_stage == s).budget_gib * GIB for s in range(pp)]
+
+        def counts(blocks: float) -> list[int]:
+            return [
+                max(0, int((budgets[s] - fixed[s]) // (per_layer_w[s] + blocks * per_layer_kv[s]))) for s in range(pp)
+            ]
+
+        lo, hi = 0.0, 1.0
+        while sum(counts(hi)) >= layers and hi < 1e9:
+            hi *= 2
+        if sum(counts(lo)) < layers:
+            return None
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if sum(counts(mid)) >= layers:
+                lo = mid
+            else:
+                hi = mid
+        parts = counts(lo)
+        # Trim the surplus from the stages with the most layers; every stage keeps one.
+        while sum(parts) > layers:
+            i = max(range(pp), key=lambda s: parts[s])
+            parts[i] -= 1
+        if min(parts) < 1:
+            return None
+        return parts
+
+    def _layer_weight_bytes(self, devices: list[Device], tp: int, stage: int, n: int) -> float:
+        if n <= 0:
+            return 0.0
+        one = estimate(self.spec, devices[stage], self._settings(tp, 1))
+        whole = one.weights_gib * GIB
+        embed_head = self.spec.vocab_size * self.spec.hidden_size * 2 * 2 / tp
+        return max(whole - embed_head, 0.0) / self.spec.num_layers
+
+    def mixed_instances(self) -> None:
+        """Independent instances on every GPU type at once (behind the gateway)."""
+        if len(self.groups) < 2:
+            return
+        per_group: list[Candidate] = []
+        for key in self.groups:
+            best = [c for c in self.candidates if c.kind == "replicas" and c.instances[0][0][0].gpu_key == key]
+            if not best:
+                return
+            per_group.append(max(best, key=lambda c: c.score(None)))
+        instances = [inst for c in per_group for inst in c.instances]
+        estimates = [e for c in per_group for e in c.estimates]
+        label = "instances: " + " + ".join(
+            f"{len(c.instances)} x {c.instances[0][0][0].gpu} TP={c.tp} PP={c.pp}" for c in per_group
+        )
+        cand = Candidate(
+            "instances",
+            max(c.tp for c in per_group),
+            max(c.pp for c in per_group),
+            1,
+            False,
+            instances,
+            estimates,
+            0,
+            label=label,
+        )
+        self.candidates.append(cand)
+
+    def dp_ep(self) -> None:
+        if not self.spec.is_moe or not self.wishes.allows("dp_ep"):
+            return
+        for group in self.groups.values():
+            dev = group[0].device()
+            total = sum(n.gpu_count for n in group)
+            per_node = min(n.gpu_count for n in group)
+            for nodes_used in sorted({1, len(group)}):
+                gpus = per_node * nodes_used if nodes_used > 1 else group[0].gpu_count
+                if gpus < 2 or gpus > total:
+                    continue
+                if self.wishes.tensor_parallel_size not in (None, 1) or self.wishes.pipeline_parallel_size not in (
+                    None,
+                    1,
+                ):
+                    continue
+                est = self._estimate([dev], 1, 1, dp=gpus, ep=True, nvlink=group[0].nvlink)
+                if not est.fits:
+                    self._reject("dp_ep", 1, 1, f"on {gpus} {dev.name}: {est.reason}", dp=gpus, ep=True)
+                    continue
+                members = group[:nodes_used]
+                instances = [[(node, per_node if nodes_used > 1 else node.gpu_count) for node in members]]
+                self.candidates.append(Candidate("dp_ep", 1, 1, gpus, True, instances, [est], nodes_used - 1))
+
+    def cross_node_tp(self) -> None:
+        for group in self.groups.values():
+            if len(group) < 2:
+                continue
+            per_node = min(n.gpu_count for n in group)
+            tp = per_node * 2
+            if not self.wishes.allow_cross_node_tp:
+                if self.wishes.tensor_parallel_size and self.wishes.tensor_parallel_size > per_node:
+                    self._reject(
+                        "tp_cross_node",
+                        self.wishes.tensor_parallel_size,
+                        1,
+                        f"TP={self.wishes.tensor_parallel_size} exceeds the {per_node} GPUs of a node; "
+                        "pass --allow-cross-node-tp to span nodes with TP",
+                    )
+                continue
+            if self.spec.num_attention_heads % tp or not self._forced(tp, 1):
+                continue
+            dev = group[0].device()
+            est = self._estimate([dev], tp, 1, nvlink=False)
+            if not est.fits:
+                self._reject("tp_cross_node", tp, 1, est.reason)
+                continue
+            nic = min(n.nic_gbps for n in group[:2])
+            # Two all-reduces of hidden x 2 bytes per layer per token; ring moves 2(n-1)/n of it.
+            per_token = 2 * self.spec.num_layers * self.spec.hidden_size * 2 * 2 * (tp - 1) / tp
+            ms = per_token * 8192 / (nic * 1e9 / 8) * 1000
+            self.warnings.append(
+                f"TP={tp} across nodes all-reduces ~{per_token / 1e6:.1f} MB per token over {nic:g} Gb/s links "
+                f"(~{ms:.0f} ms per 8K-token prefill batch); prefer PP across nodes"
+            )
+            instances = [[(node, per_node) for node in group[i : i + 2]] for i in range(0, len(group) - 1, 2)]
+            self.candidates.append(
+                Candidate("tp_cross_node", tp, 1, 1, False, instances, [est] * len(instances), 10 * len(group[:2]))
+            )
+
+    def check_types(self) -> None:
+        if self.wishes.tensor_parallel_size and len(self.groups) > 1:
+            tp = self.wishes.tensor_parallel_size
+            if all(tp > min(n.gpu_count for n in g) for g in self.groups.values()):
+                self._reject("tp", tp, 1, "TP never mixes GPU types; no single GPU type has that many GPUs in a node")
+
+    def run(self) -> Candidate:
+        self.check_types()
+        self.single_node()
+        self.multi_node_pp()
+        self.mixed_pp()
+        self.mixed_instances()
+        self.dp_ep()
+        self.cross_node_tp()
+        if not self.candidates:
+            raise NothingFitsError("model", self._nothing_fits(), self._what_would_fit())
+        target = self.wishes.target_concurrency
+        ranked = sorted(self.candidates, key=lambda c: c.score(target), reverse=True)
+        best = ranked[0]
+        for other in ranked[1:]:
+            a, b = best.score(target), other.score(target)
+            why = (
+                "meets the target concurrency"
+                if a[1] != b[1]
+                else "fewer cross-node hops"
+                if a[2] != b[2]
+                else "more instances"
+                if a[3] != b[3]
+                else "fewer pipeline stages"
+                if a[4] != b[4]
+                else "more KV cache"
+                if a[5] != b[5]
+                else "ranked earlier"
+            )
+            self._reject(
+                other.kind,
+                other.tp,
+                other.pp,
+                f"fits, but {best.layout} wins on {why}",
+                dp=other.dp,
+                ep=other.ep,
+                nodes=sorted({n.name for inst in other.instances for n, _ in inst}),
+            )
+        self.warnings.extend(best.warnings)
+        if target and best.score(target)[1] == 0:
+            self.warnings.append(
+                f"no layout reaches the target concurrency {target}; the best gives "
+                f"{sum(e.max_concurrency for e in best.estimates):.1f}"
+            )
+        return best
+
+    def _nothing_fits(self) -> str:
+        fit = [r for r in self.rejected if "exceed" in r["reason"] or "KV cache holds" in r["reason"]]
+        if fit:
+            return f"no layout fits {self.spec.name}; closest: {fit[-1]['layout']}: {fit[-1]['reason']}"
+        if self.rejected:
+            return f"no layout fits {self.spec.name}; e.g. {self.rejected[-1]['layout']}: {self.rejected[-1]['reason']}"
+        return f"no layout of {self.spec.name} is possible on these nodes"
+
+    def _what_would_fit(self) -> str:
+        hints = []
+        biggest = max(self.nodes, key=lambda n: n.gpu_memory_gib * n.gpu_count)
+        dev = biggest.device()
+        tp = max(t for t in _valid_tps(self.spec, biggest.gpu_count))
+        base = estimate(self.spec, dev, self._settings(tp, 1))
+        if base.max_model_len_fit >= 256 and base.ranks[0].available_kv_gib > 0:
+            hints.append(f"--max-model-len {base.max_model_len_fit // 256 * 256} on one {dev.name} node")
+        if not self.wishes.quantization and self.spec.quant is None:
+            q = estimate(self.spec, dev, replace(self._settings(tp, 1), quantization="fp8"))
+            if q.fits:
+                hints.append(f"fp8 weights (--quantization fp8) on one {dev.name} node with TP={tp}")
+        per_gpu_need = base.weights_gib * tp
+        usable = dev.total_gib * 0.9 * 0.75
+        gpus = int(per_gpu_need / usable) + 1 if usable > 0 else 0
+        hints.append(f"about {max(gpus, 2)} GPUs of {dev.total_gib:.0f} GiB for the weights plus KV cache")
+        return "; or ".join(hints)
+
+
+def _instance_dict(
+    planner: _Planner, cand: Candidate, index: int, est: Estimate, inst: list[tuple[Node, int]]
+) -> dict[str, Any]:
+    spec = planner.spec
+    wishes = planner.wishes
+    model_ref = wishes.model_ref or spec.name
+    served = wishes.served_model_name or spec.name.rstrip("/").split("/")[-1]
+    nodes = [n for n, _ in inst]
+    node_names = list(dict.fromkeys(n.name for n in nodes))
+    multi_node = len(node_names) > 1
+    port = wishes.port
+    same_node_before = sum(1 for other in _instances_so_far(planner, cand, index) if other == nodes[0].name)
+    port += same_node_before
+    stages = []
+    partition = est.layer_partition
+    start = 0
+    # GPUs already taken on each node by earlier instances and stages.
+    used: dict[str, int] = {}
+    for earlier in cand.instances[:index]:
+        for node, gpus in earlier:
+            used[node.name] = used.get(node.name, 0) + gpus
+
+    def gpu_ids(node: Node, gpus: int) -> list[int]:
+        first = used.get(node.name, 0)
+        used[node.name] = first + gpus
+        return list(range(first, first + gpus))
+
+    if cand.dp > 1:
+        for node, gpus in inst:
+            stages.append(
+                {
+                    "node": node.name,
+                    "gpu_count": gpus,
+                    "gpu_ids": gpu_ids(node, gpus),
+                    "layers": [0, spec.num_layers],
+                    "env": node_env(node),
+                }
+            )
+    else:
+        for stage, (node, gpus) in enumerate(inst):
+            count = partition[stage] if stage < len(partition) else 0
+            stages.append(
+                {
+                    "node": node.name,
+                    "gpu_count": gpus,
+                    "gpu_ids": gpu_ids(node, gpus),
+                    "layers": [start, start + count],
+                    "env": node_env(node),
+                }
+            )
+            start += count
+    custom = cand.pp > 1 and is_custom_partition(partition, spec.num_layers)
+    kind = nodes[0].kind
+    args = vllm_args(
+        model_ref,
+        served,
+        est,
+        port=port,
+        multi_node=multi_node,
+        device_kind=kind,
+        quantization=wishes.quantization,
+        dp_local=inst[0][1] if cand.dp > 1 else None,
+    )
+    head = nodes[0]
+    return {
+        "name": f"{served}-{index}",
+        "strategy": cand.kind,
+        "nodes": node_names,
+        "head_node": head.name,
+        "gpu": head.gpu,
+        "tensor_parallel_size": est.tensor_parallel_size,
+        "pipeline_parallel_size": est.pipeline_parallel_size,
+        "data_parallel_size": est.data_parallel_size,
+        "enable_expert_parallel": est.enable_expert_parallel,
+        "stages": stages,
+        "layer_partition": partition if custom else None,
+        "placement": placement(est.tensor_parallel_size, est.pipeline_parallel_size, [n.name for n in nodes])
+        if cand.dp == 1
+        else {"bundles": [{"GPU": 1} for _ in range(est.data_parallel_size)], "strategy": "SPREAD"},
+        "max_model_len": est.max_model_len,
+        "max_num_seqs": est.max_num_seqs,
+        "port": port,
+        "endpoint": f"{head.address or head.name}:{port}",
+        "vllm_args": args,
+        "env": instance_env(est, custom, kind),
+        "memory": est.to_dict(),
+        "notes": est.notes,
+    }
+
+
+def _instances_so_far(planner: _Planner, cand: Candidate, index: int) -> list[str]:
+    return [inst[0][0].name for inst in cand.instances[:index]]
+
+
+def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = None) -> dict[str, Any]:
+    """Plan ``spec`` on ``nodes``; the dict is what ``plan --json`` prints."""
+    wishes = wishes or Wishes()
+    if wishes.gpu_memory_utilization is not None and not 0 < wishes.gpu_memory_utilization <= 1:
+        raise PlanError(
+            "gpu_memory_utilization",
+            f"must be in (0, 1], got {wishes.gpu_memory_utilization}",
+            "use a fraction such as 0.9",
+        )
+    for name in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs"):
+        value = getattr(wishes, name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise PlanError(name, f"must be a positive integer, got {value!r}", f"set {name} to 1 or more, or omit it")
+    tp = wishes.tensor_parallel_size
+    if tp and spec.num_attention_heads % tp:
+        divisors = [d for d in range(1, 17) if spec.num_attention_heads % d == 0]
+        raise PlanError(
+            "--tensor-parallel-size",
+            f"TP={tp} does not divide the {spec.num_attention_heads} attention heads of {spec.name}",
+            f"use one of {divisors}",
+        )
+    if wishes.pipeline_parallel_size and wishes.pipeline_parallel_size > spec.num_layers:
+        raise PlanError(
+            "--pipeline-parallel-size",
+            f"{wishes.pipeline_parallel_size} stages for {spec.num_layers} layers",
+            f"use at most {spec.num_layers}",
+        )
+    planner = _Planner(spec, nodes, wishes)
+    best = planner.run()
+    instances = [
+        _instance_dict(planner, best, i, est, inst)
+        for i, (est, inst) in enumerate(zip(best.estimates, best.instances, strict=True))
+    ]
+    gpus_used = sum(g for inst in best.instances for _, g in inst)
+    total_gpus = sum(n.gpu_count for n in nodes)
+    summary = (
+        f"{best.layout}, {gpus_used}/{total_gpus} GPUs used, "
+        f"{sum(i['memory']['kv_cache_tokens'] for i in instances):,} KV tokens in all"
+    )
+    return {
+        "model": spec.name,
+        "model_source": spec.source,
+        "summary": summary,
+        "strategy": best.kind,
+        "cluster": {"nodes": len(nodes), "gpus": total_gpus, "gpu_types": sorted({n.gpu for n in nodes})},
+        "instances": instances,
+        "gateway": {
+            "enabled": len(instances) > 1,
+            "strategy": "least_conn",
+            "upstreams": [i["endpoint"] for i in instances],
+        },
+        "warnings": planner.warnings,
+        "rejected": planner.rejected,
+        "ranking": "fits > meets target concurrency > fewer cross-node hops > more instances > "
+        "fewer pipeline stages > more KV tokens",
+    }
