@@ -50,6 +50,12 @@ def _number(raw: Any, field: str, kind: type, fix: str) -> Any:
     return value
 
 
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
 def node_from_dict(data: dict[str, Any], index: int) -> Node:
     where = f"nodes[{index}]"
     if not isinstance(data, dict):
@@ -75,8 +81,9 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         if gpu is None:
             raise PlanError(f"{where}.gpu", f"unknown GPU '{gpu_name}'", fix + ", or use a name from 'vllm-fleet gpus'")
         raise PlanError(f"{where}.gpu_memory_gib", "is required for a CPU node", fix)
-    nvlink = bool(data.get("nvlink", gpu.nvlink if gpu else False))
-    nic = float(data.get("nic_gbps", 100) or 100)
+    nvlink_raw = data.get("nvlink")
+    nvlink = (gpu.nvlink if gpu else False) if nvlink_raw is None else _bool(nvlink_raw)
+    nic = float(data.get("nic_gbps") or 100)
     free = data.get("gpu_free_gib")
     return Node(
         name=name,
@@ -87,8 +94,8 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         nic_gbps=nic,
         kind=gpu.device if gpu else "cuda",
         arch=gpu.arch if gpu else "hopper",
-        address=data.get("address"),
-        interface=data.get("interface"),
+        address=data.get("address") or None,
+        interface=data.get("interface") or None,
         free_gib=float(free) if free is not None else None,
     )
 

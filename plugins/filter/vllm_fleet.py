@@ -1,0 +1,133 @@
+"""Ansible filters: thin adapters from Ansible data to the vllm_fleet planner.
+
+No arithmetic lives here: every number comes from the ``vllm_fleet`` package.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    import vllm_fleet  # noqa: F401
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from vllm_fleet.cluster import cluster_from_data
+from vllm_fleet.errors import PlanError
+from vllm_fleet.memory import Device, Settings, estimate
+from vllm_fleet.model_spec import load_model
+from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.table import render_plan
+
+DOCUMENTATION = r"""
+name: vllm_fleet_plan
+short_description: Choose the vLLM layout of a model on a cluster
+description:
+  - Calls C(vllm_fleet.strategy.plan_cluster) with the nodes and the operator's wishes.
+  - Fails with the planner's one-line reason (field and fix) when the request cannot work.
+positional: model
+options:
+  _input:
+    description: Nodes, a list of C({name, gpu, gpu_count}) with optional C(gpu_memory_gib), C(nvlink), C(nic_gbps),
+      C(address), C(interface).
+    type: list
+    elements: dict
+    required: true
+  model:
+    description: Model folder with config.json, or a catalog name.
+    type: str
+    required: true
+  wishes:
+    description: Optional keys max_model_len, gpu_memory_utilization, dtype, quantization, kv_cache_dtype,
+      tensor_parallel_size, pipeline_parallel_size, allow_cross_node_tp, max_num_seqs, enforce_eager,
+      target_concurrency, strategies, served_model_name, port.
+    type: dict
+"""
+
+EXAMPLES = r"""
+- name: Plan the deployment
+  ansible.builtin.set_fact:
+    vllm_fleet_plan_result: "{{ nodes | vllm_fleet_plan(vllm_fleet_model, {'max_model_len': 32768}) }}"
+
+- name: Show it
+  ansible.builtin.debug:
+    msg: "{{ vllm_fleet_plan_result | vllm_fleet_plan_table }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The plan, as C(vllm-fleet plan --json) prints it (instances, rejected, gateway, warnings).
+  type: dict
+"""
+
+_WISH_KEYS = {
+    "max_model_len", "gpu_memory_utilization", "dtype", "quantization", "kv_cache_dtype", "tensor_parallel_size",
+    "pipeline_parallel_size", "allow_cross_node_tp", "max_num_seqs", "enforce_eager", "target_concurrency",
+    "strategies", "served_model_name", "port", "model_ref",
+}
+
+
+def _clean(wishes: dict[str, Any] | None) -> dict[str, Any]:
+    data = {k: v for k, v in (wishes or {}).items() if v is not None and v not in ("", "None")}
+    for key in ("allow_cross_node_tp", "enforce_eager"):
+        if isinstance(data.get(key), str):
+            data[key] = data[key].strip().lower() in ("1", "true", "yes", "on")
+    unknown = set(data) - _WISH_KEYS
+    if unknown:
+        raise AnsibleFilterError(
+            f"vllm_fleet_plan: unknown wish(es) {sorted(unknown)}; fix: use only {sorted(_WISH_KEYS)}"
+        )
+    if "strategies" in data:
+        data["strategies"] = tuple(data["strategies"])
+    for key in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
+                "target_concurrency", "port"):
+        if key in data:
+            try:
+                data[key] = int(data[key])
+            except (TypeError, ValueError) as exc:
+                raise AnsibleFilterError(f"vllm_fleet_plan: {key}: '{data[key]}' is not an integer") from exc
+    if "gpu_memory_utilization" in data:
+        data["gpu_memory_utilization"] = float(data["gpu_memory_utilization"])
+    return data
+
+
+def vllm_fleet_plan(nodes: Any, model: str, wishes: dict[str, Any] | None = None) -> dict[str, Any]:
+    try:
+        spec = load_model(str(model))
+        cluster = cluster_from_data(list(nodes) if not isinstance(nodes, dict) else nodes)
+        return plan_cluster(spec, cluster, Wishes(**_clean(wishes)))
+    except PlanError as err:
+        raise AnsibleFilterError(f"vllm_fleet_plan: {err}") from err
+
+
+def vllm_fleet_estimate(model: str, gpu_memory_gib: float, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    try:
+        spec = load_model(str(model))
+        return estimate(spec, Device("GPU", float(gpu_memory_gib)), Settings(**(settings or {}))).to_dict()
+    except PlanError as err:
+        raise AnsibleFilterError(f"vllm_fleet_estimate: {err}") from err
+    except TypeError as err:
+        raise AnsibleFilterError(f"vllm_fleet_estimate: bad settings ({err})") from err
+
+
+def vllm_fleet_plan_table(plan: dict[str, Any]) -> str:
+    return render_plan(plan)
+
+
+def vllm_fleet_instances_on(plan: dict[str, Any], node: str) -> list[dict[str, Any]]:
+    """Instances with a stage on ``node`` (what a host's serve role starts)."""
+    return [inst for inst in plan["instances"] if node in inst["nodes"]]
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "vllm_fleet_plan": vllm_fleet_plan,
+            "vllm_fleet_estimate": vllm_fleet_estimate,
+            "vllm_fleet_plan_table": vllm_fleet_plan_table,
+            "vllm_fleet_instances_on": vllm_fleet_instances_on,
+        }
