@@ -1,0 +1,62 @@
+"""Shared fixtures: the repository root and small model folders."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+FIXTURES = ROOT / "tests" / "unit" / "fixtures"
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
+    """A safetensors file whose header describes ``tensors`` (data zero-filled)."""
+    sizes = {"BF16": 2, "F32": 4, "F8_E4M3": 1, "I32": 4}
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        n = sizes[dtype]
+        for dim in shape:
+            n *= dim
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    with path.open("wb") as handle:
+        handle.write(struct.pack("<Q", len(raw)))
+        handle.write(raw)
+        handle.write(b"\0" * offset)
+
+
+@pytest.fixture
+def tiny_model(tmp_path: Path) -> Path:
+    """The local inventory's tiny Llama, with matching safetensors headers."""
+    cfg = json.loads((ROOT / "inventories/local/files/tiny-llama/config.json").read_text())
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    h, inter, vocab, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    tensors: dict[str, tuple[str, list[int]]] = {
+        "model.embed_tokens.weight": ("BF16", [vocab, h]),
+        "lm_head.weight": ("BF16", [vocab, h]),
+        "model.norm.weight": ("BF16", [h]),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        tensors[p + "self_attn.q_proj.weight"] = ("BF16", [q, h])
+        tensors[p + "self_attn.k_proj.weight"] = ("BF16", [kv, h])
+        tensors[p + "self_attn.v_proj.weight"] = ("BF16", [kv, h])
+        tensors[p + "self_attn.o_proj.weight"] = ("BF16", [h, q])
+        tensors[p + "mlp.gate_proj.weight"] = ("BF16", [inter, h])
+        tensors[p + "mlp.up_proj.weight"] = ("BF16", [inter, h])
+        tensors[p + "mlp.down_proj.weight"] = ("BF16", [h, inter])
+        tensors[p + "input_layernorm.weight"] = ("BF16", [h])
+        tensors[p + "post_attention_layernorm.weight"] = ("BF16", [h])
+    write_safetensors(folder / "model.safetensors", tensors)
+    return folder
