@@ -251,6 +251,8 @@ class _Planner:
         return options
 
     def single_node(self) -> None:
+        if not self.wishes.allows("replicas"):
+            return
         for group in self.groups.values():
             dev = group[0].device()
             per_node = min(n.gpu_count for n in group)
