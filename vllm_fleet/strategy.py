@@ -421,26 +421,33 @@ class _Planner:
     def dp_ep(self) -> None:
         if not self.spec.is_moe or not self.wishes.allows("dp_ep"):
             return
+        if self.wishes.tensor_parallel_size not in (None, 1) or self.wishes.pipeline_parallel_size not in (None, 1):
+            return
         for group in self.groups.values():
             dev = group[0].device()
-            total = sum(n.gpu_count for n in group)
             per_node = min(n.gpu_count for n in group)
-            for nodes_used in sorted({1, len(group)}):
-                gpus = per_node * nodes_used if nodes_used > 1 else group[0].gpu_count
-                if gpus < 2 or gpus > total:
-                    continue
-                if self.wishes.tensor_parallel_size not in (None, 1) or self.wishes.pipeline_parallel_size not in (
-                    None,
-                    1,
-                ):
-                    continue
-                est = self._estimate([dev], 1, 1, dp=gpus, ep=True, nvlink=group[0].nvlink)
-                if not est.fits:
+            # The smallest node count whose DP x EP group fits; EP never exceeds the experts.
+            nodes_used = 1
+            while nodes_used <= len(group):
+                gpus = per_node * nodes_used
+                if gpus > self.spec.num_experts:
+                    break
+                if gpus >= 2:
+                    est = self._estimate([dev], 1, 1, dp=gpus, ep=True, nvlink=group[0].nvlink)
+                    if est.fits:
+                        members = group[:nodes_used]
+                        count = len(group) // nodes_used
+                        instances = [
+                            [(node, per_node) for node in group[i * nodes_used : (i + 1) * nodes_used]]
+                            for i in range(count)
+                        ]
+                        del members
+                        self.candidates.append(
+                            Candidate("dp_ep", 1, 1, gpus, True, instances, [est] * len(instances), nodes_used - 1)
+                        )
+                        break
                     self._reject("dp_ep", 1, 1, f"on {gpus} {dev.name}: {est.reason}", dp=gpus, ep=True)
-                    continue
-                members = group[:nodes_used]
-                instances = [[(node, per_node if nodes_used > 1 else node.gpu_count) for node in members]]
-                self.candidates.append(Candidate("dp_ep", 1, 1, gpus, True, instances, [est], nodes_used - 1))
+                nodes_used *= 2
 
     def cross_node_tp(self) -> None:
         for group in self.groups.values():
@@ -557,7 +564,14 @@ class _Planner:
 
 
 def _instance_dict(
-    planner: _Planner, cand: Candidate, index: int, est: Estimate, inst: list[tuple[Node, int]]
+    planner: _Planner,
+    cand: Candidate,
+    index: int,
+    est: Estimate,
+    inst: list[tuple[Node, int]],
+    used: dict[str, int],
+    ports: dict[str, int],
+    memory: dict[int, dict[str, Any]],
 ) -> dict[str, Any]:
     spec = planner.spec
     wishes = planner.wishes
@@ -566,18 +580,13 @@ def _instance_dict(
     nodes = [n for n, _ in inst]
     node_names = list(dict.fromkeys(n.name for n in nodes))
     multi_node = len(node_names) > 1
-    port = wishes.port
-    same_node_before = sum(1 for other in _instances_so_far(planner, cand, index) if other == nodes[0].name)
-    port += same_node_before
+    port = wishes.port + ports.get(nodes[0].name, 0)
+    ports[nodes[0].name] = ports.get(nodes[0].name, 0) + 1
     stages = []
     partition = est.layer_partition
     start = 0
-    # GPUs already taken on each node by earlier instances and stages.
-    used: dict[str, int] = {}
-    for earlier in cand.instances[:index]:
-        for node, gpus in earlier:
-            used[node.name] = used.get(node.name, 0) + gpus
 
+    # ``used``: GPUs already taken on each node by earlier instances and stages.
     def gpu_ids(node: Node, gpus: int) -> list[int]:
         first = used.get(node.name, 0)
         used[node.name] = first + gpus
@@ -641,13 +650,9 @@ def _instance_dict(
         "endpoint": f"{head.address or head.name}:{port}",
         "vllm_args": args,
         "env": instance_env(est, custom, kind),
-        "memory": est.to_dict(),
+        "memory": memory[id(est)] if id(est) in memory else memory.setdefault(id(est), est.to_dict()),
         "notes": est.notes,
     }
-
-
-def _instances_so_far(planner: _Planner, cand: Candidate, index: int) -> list[str]:
-    return [inst[0][0].name for inst in cand.instances[:index]]
 
 
 def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = None) -> dict[str, Any]:
@@ -679,8 +684,11 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
         )
     planner = _Planner(spec, nodes, wishes)
     best = planner.run()
+    used: dict[str, int] = {}
+    ports: dict[str, int] = {}
+    memory: dict[int, dict[str, Any]] = {}
     instances = [
-        _instance_dict(planner, best, i, est, inst)
+        _instance_dict(planner, best, i, est, inst, used, ports, memory)
         for i, (est, inst) in enumerate(zip(best.estimates, best.instances, strict=True))
     ]
     gpus_used = sum(g for inst in best.instances for _, g in inst)

@@ -65,9 +65,21 @@ _value:
 """
 
 _WISH_KEYS = {
-    "max_model_len", "gpu_memory_utilization", "dtype", "quantization", "kv_cache_dtype", "tensor_parallel_size",
-    "pipeline_parallel_size", "allow_cross_node_tp", "max_num_seqs", "enforce_eager", "target_concurrency",
-    "strategies", "served_model_name", "port", "model_ref",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "dtype",
+    "quantization",
+    "kv_cache_dtype",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "allow_cross_node_tp",
+    "max_num_seqs",
+    "enforce_eager",
+    "target_concurrency",
+    "strategies",
+    "served_model_name",
+    "port",
+    "model_ref",
 }
 
 
@@ -83,8 +95,14 @@ def _clean(wishes: dict[str, Any] | None) -> dict[str, Any]:
         )
     if "strategies" in data:
         data["strategies"] = tuple(data["strategies"])
-    for key in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
-                "target_concurrency", "port"):
+    for key in (
+        "max_model_len",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "max_num_seqs",
+        "target_concurrency",
+        "port",
+    ):
         if key in data:
             try:
                 data[key] = int(data[key])

@@ -21,7 +21,12 @@ def _run(inventory: Path, artifacts: Path, *extra: str) -> subprocess.CompletedP
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run(
         [str(PLAYBOOK), "site.yml", "-i", str(inventory), "-e", f"vllm_fleet_artifacts_dir={artifacts}", *extra],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 

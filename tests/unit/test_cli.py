@@ -8,16 +8,40 @@ import pytest
 from tests.conftest import FIXTURES
 from vllm_fleet.cli import main
 
-REQUIRED = {"weights_gib", "activation_gib", "non_torch_gib", "cuda_graph_gib", "kv_cache_gib", "kv_bytes_per_token",
-            "kv_cache_tokens", "max_concurrency", "fits", "ranks"}
+REQUIRED = {
+    "weights_gib",
+    "activation_gib",
+    "non_torch_gib",
+    "cuda_graph_gib",
+    "kv_cache_gib",
+    "kv_bytes_per_token",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "fits",
+    "ranks",
+}
 
 
 def test_estimate_json_has_the_contract_fields(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["estimate", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "H100-SXM", "-tp", "4", "-pp", "2",
-                 "--max-model-len", "32768", "--json"])
+    code = main(
+        [
+            "estimate",
+            "--model",
+            "meta-llama/Llama-3.1-70B",
+            "--gpu",
+            "H100-SXM",
+            "-tp",
+            "4",
+            "-pp",
+            "2",
+            "--max-model-len",
+            "32768",
+            "--json",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
-    assert REQUIRED <= set(data)
+    assert set(data) >= REQUIRED
     assert len(data["ranks"]) == 8 and REQUIRED - {"ranks", "max_concurrency", "fits"} <= set(data["ranks"][0])
     assert data["fits"] is True and data["kv_cache_tokens"] > 32768
 
@@ -39,15 +63,25 @@ def test_estimate_reads_a_model_folder(tiny_model: Path, capsys: pytest.CaptureF
     [
         pytest.param(["--model", "Qwen/Qwen3-8B", "--gpu", "Z9000"], "--gpu: unknown GPU 'Z9000'", id="unknown-gpu"),
         pytest.param(["--model", "nope/nope", "--gpu", "H100"], "--model: 'nope/nope' is neither", id="unknown-model"),
-        pytest.param(["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "-tp", "3"],
-                     "--tensor-parallel-size: TP=3 does not divide the 32 attention heads", id="tp-heads"),
-        pytest.param(["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--gpu-memory-utilization", "1.5"],
-                     "must be in (0, 1]", id="util"),
-        pytest.param(["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--max-model-len", "-5"],
-                     "must be a positive integer", id="negative"),
+        pytest.param(
+            ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "-tp", "3"],
+            "--tensor-parallel-size: TP=3 does not divide the 32 attention heads",
+            id="tp-heads",
+        ),
+        pytest.param(
+            ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--gpu-memory-utilization", "1.5"],
+            "must be in (0, 1]",
+            id="util",
+        ),
+        pytest.param(
+            ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--max-model-len", "-5"],
+            "must be a positive integer",
+            id="negative",
+        ),
         pytest.param(["--model", "Qwen/Qwen3-8B", "--gpu-memory-gib", "0"], "must be positive", id="zero-memory"),
-        pytest.param(["--model", "Qwen/Qwen3-8B"], "one of the arguments --gpu-memory-gib --gpu is required",
-                     id="no-gpu"),
+        pytest.param(
+            ["--model", "Qwen/Qwen3-8B"], "one of the arguments --gpu-memory-gib --gpu is required", id="no-gpu"
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,20 +94,56 @@ def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, capsys: 
 
 
 def test_plan_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--cluster", str(FIXTURES / "a800_l20.yml"), "--model", "deepseek-ai/DeepSeek-R1",
-                 "--max-model-len", "32768", "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--cluster",
+                str(FIXTURES / "a800_l20.yml"),
+                "--model",
+                "deepseek-ai/DeepSeek-R1",
+                "--max-model-len",
+                "32768",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert {"instances", "rejected", "gateway"} <= set(data)
     inst = data["instances"][0]
-    for key in ("nodes", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-                "enable_expert_parallel", "stages", "layer_partition", "placement", "vllm_args", "env", "memory"):
+    for key in (
+        "nodes",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "enable_expert_parallel",
+        "stages",
+        "layer_partition",
+        "placement",
+        "vllm_args",
+        "env",
+        "memory",
+    ):
         assert key in inst
     assert {"layout", "reason", "tensor_parallel_size"} <= set(data["rejected"][0])
 
 
 def test_plan_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--cluster", str(FIXTURES / "2x8xa800.yml"), "--model", "Qwen/Qwen2.5-72B-Instruct",
-                 "--max-model-len", "8192"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--cluster",
+                str(FIXTURES / "2x8xa800.yml"),
+                "--model",
+                "Qwen/Qwen2.5-72B-Instruct",
+                "--max-model-len",
+                "8192",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("Plan for Qwen/Qwen2.5-72B-Instruct") and "Rejected layouts:" in out
 

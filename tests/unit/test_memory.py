@@ -31,8 +31,9 @@ def test_llama3_8b_weights_are_its_parameter_bytes() -> None:
 )
 def test_kv_bytes_per_token(model: str, tp: int, kv_dtype: str, expected: int) -> None:
     spec = load_model(model)
-    est = estimate(spec, Device("big", 1000.0), Settings(tensor_parallel_size=tp, kv_cache_dtype=kv_dtype,
-                                                         max_model_len=4096))
+    est = estimate(
+        spec, Device("big", 1000.0), Settings(tensor_parallel_size=tp, kv_cache_dtype=kv_dtype, max_model_len=4096)
+    )
     assert est.kv_bytes_per_token == expected
 
 
@@ -61,8 +62,12 @@ def test_default_partition_matches_vllm(layers: int, pp: int, expected: list[int
 
 def test_every_rank_gets_the_smallest_ranks_blocks() -> None:
     spec = load_model("meta-llama/Llama-3.1-70B")
-    est = estimate(spec, H100, Settings(tensor_parallel_size=4, pipeline_parallel_size=2, max_model_len=8192),
-                   devices_per_stage=[H100, L20])
+    est = estimate(
+        spec,
+        H100,
+        Settings(tensor_parallel_size=4, pipeline_parallel_size=2, max_model_len=8192),
+        devices_per_stage=[H100, L20],
+    )
     stage0, stage1 = est.ranks[0], est.ranks[-1]
     assert stage0.available_kv_gib > stage1.available_kv_gib
     assert stage0.num_gpu_blocks == stage1.num_gpu_blocks
@@ -70,9 +75,12 @@ def test_every_rank_gets_the_smallest_ranks_blocks() -> None:
 
 
 def test_custom_partition_must_sum_to_layers() -> None:
-    with pytest.raises(PlanError, match=r"layer_partition: \[10, 10\] must be positive and sum to num_hidden_layers=32"):
-        estimate(load_model("meta-llama/Llama-3.1-8B"), H100,
-                 Settings(pipeline_parallel_size=2, layer_partition=[10, 10]))
+    with pytest.raises(
+        PlanError, match=r"layer_partition: \[10, 10\] must be positive and sum to num_hidden_layers=32"
+    ):
+        estimate(
+            load_model("meta-llama/Llama-3.1-8B"), H100, Settings(pipeline_parallel_size=2, layer_partition=[10, 10])
+        )
 
 
 def test_enforce_eager_drops_cuda_graphs_and_current_vllm_counts_them() -> None:
@@ -81,7 +89,8 @@ def test_enforce_eager_drops_cuda_graphs_and_current_vllm_counts_them() -> None:
     eager = estimate(spec, H100, Settings(max_model_len=8192, enforce_eager=True))
     assert graphs.ranks[0].cuda_graph_gib > 0.1 and eager.ranks[0].cuda_graph_gib == 0
     assert eager.ranks[0].available_kv_gib - graphs.ranks[0].available_kv_gib == pytest.approx(
-        graphs.ranks[0].cuda_graph_gib)
+        graphs.ranks[0].cuda_graph_gib
+    )
 
 
 def test_activation_grows_with_batched_tokens() -> None:

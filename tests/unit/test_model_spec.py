@@ -89,23 +89,39 @@ def test_unknown_model_name() -> None:
 
 def test_safetensors_headers_are_summed_per_part(tiny_model: Path) -> None:
     parts = read_safetensors_bytes(tiny_model, 4)
-    assert parts == {"embed": 1024 * 128 * 2, "head": 1024 * 128 * 2 + 128 * 2, "layer": 4 * 294_912 + 4 * 512,
-                     "vision": 0}
+    assert parts == {
+        "embed": 1024 * 128 * 2,
+        "head": 1024 * 128 * 2 + 128 * 2,
+        "layer": 4 * 294_912 + 4 * 512,
+        "vision": 0,
+    }
     spec = load_model(str(tiny_model))
     assert spec.file_bytes == parts and "safetensors" in spec.source
 
 
 def test_mtp_layers_are_not_counted(tmp_path: Path) -> None:
-    write_safetensors(tmp_path / "a.safetensors", {
-        "model.layers.0.mlp.weight": ("BF16", [4, 4]),
-        "model.layers.61.mlp.weight": ("BF16", [4, 4]),
-    })
+    write_safetensors(
+        tmp_path / "a.safetensors",
+        {
+            "model.layers.0.mlp.weight": ("BF16", [4, 4]),
+            "model.layers.61.mlp.weight": ("BF16", [4, 4]),
+        },
+    )
     assert read_safetensors_bytes(tmp_path, 61) == {"embed": 0, "head": 0, "layer": 32, "vision": 0}
 
 
 def test_text_config_of_multimodal_models() -> None:
-    cfg = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "hidden_size": 64,
-           "num_attention_heads": 4, "num_hidden_layers": 6, "vocab_size": 100, "sliding_window": 16}}
+    cfg = {
+        "model_type": "gemma3",
+        "text_config": {
+            "model_type": "gemma3_text",
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_hidden_layers": 6,
+            "vocab_size": 100,
+            "sliding_window": 16,
+        },
+    }
     spec = spec_from_config(cfg, "m")
     assert spec.layer_types.count("full") == 1
 

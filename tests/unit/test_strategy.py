@@ -87,8 +87,9 @@ def test_nothing_fits_says_why_and_what_would() -> None:
 
 
 def test_forced_layout_is_honoured() -> None:
-    plan = _plan("meta-llama/Llama-3.1-8B", "2x8xa800.yml", tensor_parallel_size=2, pipeline_parallel_size=1,
-                 max_model_len=8192)
+    plan = _plan(
+        "meta-llama/Llama-3.1-8B", "2x8xa800.yml", tensor_parallel_size=2, pipeline_parallel_size=1, max_model_len=8192
+    )
     assert {i["tensor_parallel_size"] for i in plan["instances"]} == {2}  # type: ignore[union-attr]
 
 
@@ -96,16 +97,28 @@ def test_forced_layout_is_honoured() -> None:
     ("nodes", "message"),
     [
         pytest.param([], r"nodes: the cluster has no nodes", id="empty"),
-        pytest.param([{"name": "a", "gpu": "Z100", "gpu_count": 8}], r"nodes\[0\] \(a\)\.gpu: unknown GPU 'Z100'",
-                     id="unknown-gpu"),
+        pytest.param(
+            [{"name": "a", "gpu": "Z100", "gpu_count": 8}],
+            r"nodes\[0\] \(a\)\.gpu: unknown GPU 'Z100'",
+            id="unknown-gpu",
+        ),
         pytest.param([{"name": "a", "gpu": "H100", "gpu_count": 0}], r"gpu_count: must be positive", id="zero-gpus"),
         pytest.param([{"name": "a", "gpu": "H100"}], r"gpu_count: is missing", id="missing-count"),
-        pytest.param([{"name": "a", "gpu": "cpu", "gpu_count": 1}], r"gpu_memory_gib: is required for a CPU node",
-                     id="cpu-needs-memory"),
-        pytest.param([{"name": "a", "gpu": "H100", "gpu_count": 1}, {"name": "a", "gpu": "H100", "gpu_count": 1}],
-                     r"node name 'a' appears twice", id="duplicate"),
-        pytest.param([{"name": "a", "gpu": "H100", "gpu_count": 1, "gpu_memory_gib": -3}],
-                     r"gpu_memory_gib: must be positive", id="negative-memory"),
+        pytest.param(
+            [{"name": "a", "gpu": "cpu", "gpu_count": 1}],
+            r"gpu_memory_gib: is required for a CPU node",
+            id="cpu-needs-memory",
+        ),
+        pytest.param(
+            [{"name": "a", "gpu": "H100", "gpu_count": 1}, {"name": "a", "gpu": "H100", "gpu_count": 1}],
+            r"node name 'a' appears twice",
+            id="duplicate",
+        ),
+        pytest.param(
+            [{"name": "a", "gpu": "H100", "gpu_count": 1, "gpu_memory_gib": -3}],
+            r"gpu_memory_gib: must be positive",
+            id="negative-memory",
+        ),
     ],
 )
 def test_bad_cluster_names_the_field(nodes: list[dict[str, object]], message: str) -> None:
