@@ -404,6 +404,14 @@ def _mlp_bytes(spec: ModelSpec, index: int, tp: int, ep: int, quant: QuantSpec |
         return _linear(3 * h * spec.intermediate_size / tp, quant, db)
     experts = spec.num_experts
     inter = spec.moe_intermediate_size
+    router = h * experts * db  # router, unquantized and replicated
+    if quant is not None and quant.method == "mxfp4":
+        # vLLM's mxfp4 MoE backends on NVIDIA (Marlin, TRT-LLM) pad the hidden
+        # size to 256 and each rank's intermediate size to 128
+        # (mxfp4_round_up_hidden_size_and_intermediate_size).
+        h = _ceil_div(h, 256) * 256
+        shard = 1 if ep > 1 else tp
+        inter = _ceil_div(_ceil_div(inter, shard), 128) * 128 * shard
     if ep > 1:
         expert_w = (experts / ep) * 3 * h * inter
     else:
@@ -411,7 +419,7 @@ def _mlp_bytes(spec: ModelSpec, index: int, tp: int, ep: int, quant: QuantSpec |
     total = _linear(expert_w, quant, db, expert=True)
     if spec.model_type == "gpt_oss":
         total += (experts / (ep if ep > 1 else 1)) * (3 * inter / (1 if ep > 1 else tp)) * db  # expert biases
-    total += h * experts * db  # router, unquantized and replicated
+    total += router
     if spec.model_type.startswith("deepseek"):
         total += experts * 4  # e_score_correction_bias, fp32
     if spec.num_shared_experts:
