@@ -44,18 +44,7 @@ def _llama(
 def _qwen2(
     layers: int, hidden: int, heads: int, kv: int, inter: int, vocab: int, tied: bool, max_pos: int = 32768
 ) -> dict[str, Any]:
-    return {
-        "model_type": "qwen2",
-        "num_hidden_layers": layers,
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "intermediate_size": inter,
-        "vocab_size": vocab,
-        "max_position_embeddings": max_pos,
-        "tie_word_embeddings": tied,
-        "torch_dtype": "bfloat16",
-    }
+    return {**_llama(layers, hidden, heads, kv, inter, vocab, max_pos, tied), "model_type": "qwen2"}
 
 
 def _qwen3(

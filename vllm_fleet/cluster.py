@@ -83,7 +83,7 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         raise PlanError(f"{where}.gpu_memory_gib", "is required for a CPU node", fix)
     nvlink_raw = data.get("nvlink")
     nvlink = (gpu.nvlink if gpu else False) if nvlink_raw is None else _bool(nvlink_raw)
-    nic = float(data.get("nic_gbps") or 100)
+    nic = _number(data.get("nic_gbps") or 100, f"{where}.nic_gbps", float, "give the NIC speed in Gb/s")
     free = data.get("gpu_free_gib")
     return Node(
         name=name,
@@ -96,7 +96,9 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         arch=gpu.arch if gpu else "hopper",
         address=data.get("address") or None,
         interface=data.get("interface") or None,
-        free_gib=float(free) if free is not None else None,
+        free_gib=_number(free, f"{where}.gpu_free_gib", float, "give free memory per GPU in GiB")
+        if free is not None
+        else None,
     )
 
 

@@ -27,7 +27,6 @@ against logs of older releases; plans always use the current accounting.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -783,8 +782,6 @@ def estimate(
         nt_in, nt_out = _non_torch_bytes(tp, pp, dev, acct, nvlink)
         graphs = _cuda_graph_bytes(spec, layers, seqs, tokens, settings, dev)
         budget = dev.total_gib * GIB * settings.gpu_memory_utilization
-        if dev.kind == "cpu":
-            budget = dev.total_gib * GIB * settings.gpu_memory_utilization
         available = budget - weights - act - nt_in - (graphs if acct.graphs_in_budget else 0.0)
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
@@ -810,12 +807,10 @@ def estimate(
 
     num_blocks = min(s["blocks"] for s in stage_info)
     # Requests need blocks in every stage's pool; stages share the block count.
-    layout0 = stage_info[0]["layout"]
     need = max(_blocks_per_request(s["layout"], mml, block, tokens) for s in stage_info)
     conc = num_blocks / need if need else 0.0
     kv_tokens = num_blocks * block if acct.engine == "v0" else int(conc * mml)
     fit_len = min(_max_len_fit(s["layout"], num_blocks, block, tokens, mml_cap) for s in stage_info)
-    del layout0
 
     ranks: list[RankMemory] = []
     for stage, info in enumerate(stage_info):
@@ -904,11 +899,3 @@ def estimate(
         vllm_version=settings.vllm_version,
         notes=notes,
     )
-
-
-def gib(value: float) -> str:
-    return f"{value:.2f}"
-
-
-def round_up(value: float, step: int) -> int:
-    return int(math.ceil(value / step) * step)

@@ -225,6 +225,17 @@ def quant_from_name(method: str, qcfg: dict[str, Any] | None = None, model_type:
 
 def spec_from_config(cfg: dict[str, Any], name: str, source: str = "config.json") -> ModelSpec:
     """Build a :class:`ModelSpec` from a parsed config.json."""
+    if not isinstance(cfg, dict):
+        raise PlanError(source, "is not a JSON object", "point --model at a Hugging Face model folder")
+    try:
+        return _spec_from_config(cfg, name, source)
+    except PlanError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise PlanError(source, f"holds a value of the wrong type ({exc})", "fix config.json") from exc
+
+
+def _spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     top = cfg
     vision_params = int(cfg.get("vision_params", 0) or 0)
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):
@@ -371,7 +382,10 @@ def read_safetensors_bytes(folder: Path, num_layers: int) -> dict[str, int] | No
         for tensor, meta in header.items():
             if tensor == "__metadata__" or not isinstance(meta, dict):
                 continue
-            start, end = meta["data_offsets"]
+            try:
+                start, end = meta["data_offsets"]
+            except (KeyError, ValueError, TypeError) as exc:
+                raise PlanError(str(path), f"tensor '{tensor}' has no valid data_offsets", "re-download it") from exc
             part = _classify(tensor, num_layers)
             if part is not None:
                 totals[part] += int(end) - int(start)
@@ -397,7 +411,10 @@ def load_model(model: str) -> ModelSpec:
             spec = _with_file_bytes(spec, file_bytes)
         return spec
     if path.is_file() and path.name.endswith(".json"):
-        cfg = json.loads(path.read_text())
+        try:
+            cfg = json.loads(path.read_text())
+        except ValueError as exc:
+            raise PlanError("--model", f"{path} is not valid JSON ({exc})", "fix or re-download config.json") from exc
         return spec_from_config(cfg, name=str(path), source=str(path))
     cfg = lookup_model(model)
     if cfg is None:

@@ -435,13 +435,11 @@ class _Planner:
                 if gpus >= 2:
                     est = self._estimate([dev], 1, 1, dp=gpus, ep=True, nvlink=group[0].nvlink)
                     if est.fits:
-                        members = group[:nodes_used]
                         count = len(group) // nodes_used
                         instances = [
                             [(node, per_node) for node in group[i * nodes_used : (i + 1) * nodes_used]]
                             for i in range(count)
                         ]
-                        del members
                         self.candidates.append(
                             Candidate("dp_ep", 1, 1, gpus, True, instances, [est] * len(instances), nodes_used - 1)
                         )

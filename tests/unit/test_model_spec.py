@@ -130,3 +130,28 @@ def test_text_config_of_multimodal_models() -> None:
 def test_gpu_lookup(name: str, memory: float) -> None:
     gpu = lookup_gpu(name)
     assert gpu is not None and gpu.memory_gib == memory
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param("[1, 2]", r"config.json: is not a JSON object", id="not-an-object"),
+        pytest.param(
+            '{"hidden_size": "big", "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 9}',
+            r"config.json: holds a value of the wrong type",
+            id="wrong-type",
+        ),
+        pytest.param("{", r"--model: .* is not valid JSON", id="broken-json"),
+    ],
+)
+def test_broken_config_is_one_line(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(PlanError, match=message):
+        load_model(str(tmp_path))
+
+
+def test_safetensors_without_offsets(tmp_path: Path) -> None:
+    raw = json.dumps({"w": {"dtype": "BF16", "shape": [2]}}).encode()
+    (tmp_path / "a.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw)
+    with pytest.raises(PlanError, match=r"tensor 'w' has no valid data_offsets"):
+        read_safetensors_bytes(tmp_path, 1)

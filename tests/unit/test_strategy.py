@@ -115,6 +115,11 @@ def test_forced_layout_is_honoured() -> None:
             id="duplicate",
         ),
         pytest.param(
+            [{"name": "a", "gpu": "H100", "gpu_count": 1, "nic_gbps": "fast"}],
+            r"nic_gbps: 'fast' is not a number",
+            id="bad-nic",
+        ),
+        pytest.param(
             [{"name": "a", "gpu": "H100", "gpu_count": 1, "gpu_memory_gib": -3}],
             r"gpu_memory_gib: must be positive",
             id="negative-memory",
