@@ -1,0 +1,77 @@
+"""python -m tests.hosts COMMAND: the test-host harness (see tests/hosts/README.md)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from tests.hosts import ci, engine, images, nodes
+from tests.hosts.common import DEFAULT_NODES, HarnessError, ensure_machine_packages, require_root
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.hosts", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="start N test hosts (and the Docker Engine) and keep them")
+    p_up.add_argument("--nodes", type=int, default=DEFAULT_NODES)
+    p_up.add_argument("--no-engine", action="store_true", help="hosts only, no Docker Engine")
+    p_reset = sub.add_parser("reset", help="replace the hosts with fresh ones")
+    p_reset.add_argument("--nodes", type=int, default=DEFAULT_NODES)
+    sub.add_parser("down", help="remove hosts, network and engine; restore the machine's network")
+    sub.add_parser("status", help="list the hosts")
+    p_ssh = sub.add_parser("ssh", help="ssh into a host: ssh node1 [command]")
+    p_ssh.add_argument("node")
+    p_ssh.add_argument("cmd", nargs=argparse.REMAINDER)
+    sub.add_parser("env", help="print export lines: eval \"$(python -m tests.hosts env)\"")
+    sub.add_parser("images", help="build (or reuse) the rootfs, the host image and the wheel folder")
+    sub.add_parser("engine-up", help="start the Docker Engine only")
+    sub.add_parser("engine-down", help="stop the Docker Engine only")
+    p_ci = sub.add_parser("ci", help="what CI runs, with a timing table")
+    p_ci.add_argument("--hosts-only", action="store_true", help="skip lint and the unit/integration tests")
+    p_ci.add_argument("--keep", action="store_true", help="leave hosts and engine running afterwards")
+    p_ci.add_argument("--nodes", type=int, default=DEFAULT_NODES)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "ci":
+            return ci.main(with_checks=not args.hosts_only, keep=args.keep, count=args.nodes)
+        if args.command == "env":
+            for key, value in nodes.environment().items():
+                print(f"export {key}={shlex.quote(value)}")
+            return 0
+        if args.command == "status":
+            print(nodes.status(), end="")
+            print(f"Docker Engine: {'running at ' + engine.DOCKER_HOST if engine.running() else 'stopped'}")
+            return 0
+        if args.command == "ssh":
+            nodes.ssh(args.node, args.cmd)
+            return 0
+        require_root()
+        ensure_machine_packages()
+        if args.command == "up":
+            if not args.no_engine:
+                engine.up()
+            for node in nodes.up(args.nodes):
+                print(f"{node.name}\t{node.address}")
+            print(f"inventory: {nodes.INVENTORY}\nssh: python -m tests.hosts ssh node1 (or make ssh NODE=node1)")
+        elif args.command == "reset":
+            nodes.reset(args.nodes)
+        elif args.command == "down":
+            nodes.down()
+            engine.down()
+        elif args.command == "images":
+            print(images.host_image())
+            print(images.wheel_folder())
+        elif args.command == "engine-up":
+            print(engine.up())
+        elif args.command == "engine-down":
+            engine.down()
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

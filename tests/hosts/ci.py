@@ -1,0 +1,123 @@
+"""What CI runs, stage by stage, with a timing table at the end.
+
+    lint -> unit + integration -> machine packages -> images -> wheels
+    -> Docker Engine -> hosts -> every Molecule scenario (fresh hosts each)
+    -> system tests (site.yml on the hosts, the engine) -> teardown
+
+Teardown always runs, also after a failure or Ctrl-C, unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.hosts import engine, images, nodes
+from tests.hosts.common import DEFAULT_NODES, HARNESS, REPO, HarnessError, ensure_machine_packages, require_root, say
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Stage:
+    name: str
+    seconds: float
+    result: str
+
+
+@dataclass
+class Run:
+    stages: list[Stage] = field(default_factory=list)
+
+    def step(self, name: str, action: Callable[[], None]) -> None:
+        say(f"=== {name}")
+        start = time.monotonic()
+        try:
+            action()
+        except BaseException:
+            self.stages.append(Stage(name, time.monotonic() - start, "FAILED"))
+            raise
+        self.stages.append(Stage(name, time.monotonic() - start, "ok"))
+
+    def table(self) -> str:
+        width = max([len(s.name) for s in self.stages] + [5])
+        lines = [f"{'stage':<{width}}  {'result':<6}  {'seconds':>8}", f"{'-' * width}  ------  --------"]
+        lines += [f"{s.name:<{width}}  {s.result:<6}  {s.seconds:8.1f}" for s in self.stages]
+        lines.append(f"{'total':<{width}}  {'':<6}  {sum(s.seconds for s in self.stages):8.1f}")
+        return "\n".join(lines)
+
+
+def molecule_scenarios() -> list[tuple[Path, str]]:
+    """(project folder, scenario) pairs: the harness's self-test first, then every role's."""
+    found = [(HARNESS, m.parent.name) for m in sorted((HARNESS / "molecule").glob("*/molecule.yml"))]
+    found += [(m.parents[2], m.parent.name) for m in sorted(REPO.glob("roles/*/molecule/*/molecule.yml"))]
+    return found
+
+
+def test_env() -> dict[str, str]:
+    return dict(
+        os.environ,
+        **nodes.environment(),
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        NO_COLOR="1",
+        PY_COLORS="0",
+    )
+
+
+def _call(argv: list[str], cwd: Path = REPO) -> None:
+    result = subprocess.run(argv, cwd=cwd, env=test_env(), check=False)
+    if result.returncode != 0:
+        raise HarnessError(f"exit {result.returncode}: {' '.join(argv)}")
+
+
+def run_molecule(project: Path, scenario: str) -> None:
+    _call([str(BIN / "molecule"), "test", "--scenario-name", scenario], cwd=project)
+
+
+def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
+    ci = Run()
+    failed = False
+    try:
+        if with_checks:
+            ci.step("lint (ruff, mypy, ansible-lint)", lambda: _call(["make", "--no-print-directory", "lint"]))
+            ci.step("unit + integration tests", lambda: _call([str(BIN / "python"), "-m", "pytest", "-v", "--durations=5"]))
+        ci.step("machine packages", lambda: (require_root(), ensure_machine_packages()) and None)
+        ci.step("images (build or reuse)", lambda: images.host_image() and None)
+        ci.step("host wheels (fill or reuse)", lambda: images.wheel_folder() and None)
+        ci.step("Docker Engine up", lambda: engine.up() and None)
+        ci.step(f"{count} hosts up", lambda: nodes.up(count) and None)
+        for project, scenario in molecule_scenarios():
+            label = f"{project.relative_to(REPO)}:{scenario}"
+            ci.step(f"molecule {label}", lambda p=project, s=scenario: (nodes.reset(count), run_molecule(p, s)) and None)
+        ci.step("system tests (site.yml on hosts, engine)", lambda: (nodes.reset(count), _call(
+            [str(BIN / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/system"])) and None)
+    except (HarnessError, KeyboardInterrupt) as exc:
+        failed = True
+        say(f"FAILED: {exc}")
+    finally:
+        if keep and not failed:
+            say("--keep: hosts and engine left running (make down removes them)")
+        elif keep:
+            say("--keep: left running for a look; `make down` removes them")
+        else:
+            ci.step("teardown", _teardown)
+        print("\n" + ci.table(), flush=True)
+    return 1 if failed else 0
+
+
+def _teardown() -> None:
+    errors = []
+    for action in (nodes.down, engine.down):
+        try:
+            action()
+        except HarnessError as exc:  # keep going: the other half must still be cleaned
+            errors.append(str(exc))
+    if errors:
+        raise HarnessError("; ".join(errors))

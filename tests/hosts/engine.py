@@ -1,0 +1,135 @@
+"""A real Docker Engine (Debian's docker.io) on this machine, for the container tests.
+
+dockerd runs with its data root, exec root, socket, pid file and log under the
+work folder, so it never touches /var/lib/docker or /run/docker.sock. The base
+image is imported from the same debootstrap rootfs as the test hosts (no
+registry is reachable). ``down`` removes the containers, stops dockerd and its
+containerd, and restores ip_forward, the FORWARD policy, the iptables chains,
+docker0 and the cgroup folders that dockerd changed.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.hosts import netstate
+from tests.hosts.common import HOME, HarnessError, run, say, wait_until
+from tests.hosts.images import rootfs_key, rootfs_tarball
+
+DOCKER_DIR = HOME / "docker"
+SOCKET = DOCKER_DIR / "docker.sock"
+PIDFILE = DOCKER_DIR / "docker.pid"
+LOG = DOCKER_DIR / "dockerd.log"
+DOCKER_HOST = f"unix://{SOCKET}"
+BASE_IMAGE = "vllm-fleet-base"
+
+
+def _env() -> dict[str, str]:
+    return {"DOCKER_HOST": DOCKER_HOST}
+
+
+def docker(*args: str, check: bool = True, timeout: float = 300) -> str:
+    return run(["docker", *args], env=_env(), check=check, timeout=timeout).stdout
+
+
+def _pid() -> int | None:
+    """dockerd's pid while it runs (a zombie left by an exited parent does not count)."""
+    try:
+        pid = int(PIDFILE.read_text().strip())
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if state in {"Z", "X"} else pid
+
+
+def _answers() -> bool:
+    return run(["docker", "version", "--format", "{{.Server.Version}}"], env=_env(), check=False, timeout=10).returncode == 0
+
+
+def running() -> bool:
+    return _pid() is not None
+
+
+def base_image() -> str:
+    return f"{BASE_IMAGE}:{rootfs_key()}"
+
+
+def up() -> str:
+    """Start dockerd (or keep the running one) and return the base image's name."""
+    if not (running() and _answers()):
+        _start()
+    image = base_image()
+    if run(["docker", "image", "inspect", image], env=_env(), check=False).returncode != 0:
+        say(f"importing {image} into the Docker Engine")
+        docker("import", "--change", "CMD [\"/bin/bash\"]", str(rootfs_tarball()), image, timeout=600)
+    return image
+
+
+def _start() -> None:
+    if _pid() is not None:
+        raise HarnessError(f"dockerd (pid {_pid()}) runs but does not answer on {SOCKET}; see {LOG}, then `make down`")
+    for folder in ("data", "exec"):
+        (DOCKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+    netstate.record(netstate.DOCKER)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nofile = 1048576 if hard == resource.RLIM_INFINITY else hard
+    argv = [
+        "dockerd",
+        "--data-root", str(DOCKER_DIR / "data"),
+        "--exec-root", str(DOCKER_DIR / "exec"),
+        "--pidfile", str(PIDFILE),
+        "--host", DOCKER_HOST,
+        "--default-ulimit", f"nofile={nofile}:{nofile}",
+    ]  # fmt: skip
+    say(f"starting dockerd (log: {LOG})")
+    with LOG.open("ab") as log:
+        # setsid --fork: dockerd outlives this command and is nobody's zombie.
+        subprocess.run(["setsid", "--fork", *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=True)
+    wait_until("Docker Engine", _answers, timeout=60, every=0.5)
+
+
+def down() -> None:
+    """Stop dockerd and put back what it changed. Safe when it is not running."""
+    pid = _pid()
+    if pid is not None:
+        if _answers():
+            ids = docker("ps", "--all", "--quiet", check=False).split()
+            if ids:
+                docker("rm", "--force", *ids, check=False)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while _pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _pid() is not None:
+            say("dockerd did not stop in 30 s; killing it")
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+    _kill_leftover_containerd()
+    PIDFILE.unlink(missing_ok=True)
+    SOCKET.unlink(missing_ok=True)
+    from tests.hosts import nodes
+
+    netstate.restore(netstate.DOCKER, others_running=nodes.active())
+    say("Docker Engine stopped")
+
+
+def _kill_leftover_containerd() -> None:
+    """dockerd stops the containerd it started; kill it if dockerd died first."""
+    exec_root = str(DOCKER_DIR / "exec")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "containerd" in cmdline and exec_root in cmdline:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                pass

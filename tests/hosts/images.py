@@ -1,0 +1,230 @@
+"""Images and wheels, built once per machine and reused while their definition is unchanged.
+
+* rootfs: ``debootstrap --variant=minbase`` of Debian 12 from the machine's own
+  Debian mirror, with the machine's extra CA certificates (HTTPS goes through an
+  intercepting proxy here), as a tarball named by the hash of its inputs;
+* ``localhost/vllm-fleet-base:<hash>``: that tarball imported into Podman (and into
+  the test Docker Engine, see engine.py); no registry is reachable;
+* ``localhost/vllm-fleet-host:<hash>``: systemd + sshd on top (image/Containerfile);
+* a wheel folder with tests/hosts/wheels.txt for the hosts' CPython 3.11.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from tests.hosts.common import CACHE, HARNESS, HOME, HarnessError, digest, run, say, tree_digest
+
+SUITE = "bookworm"
+INCLUDE = "python3,ca-certificates"
+EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")
+ROOTFS_RECIPE = 2  # bump when the rootfs steps below change
+PODMAN_DIR = HOME / "podman"
+BASE_REPO = "localhost/vllm-fleet-base"
+HOST_REPO = "localhost/vllm-fleet-host"
+WHEELS_FILE = HARNESS / "wheels.txt"
+# The hosts run Debian 12's CPython 3.11 on glibc 2.36.
+WHEEL_PLATFORMS = ["manylinux2014_x86_64", *(f"manylinux_2_{minor}_x86_64" for minor in range(17, 37))]
+
+
+def debian_mirror() -> str:
+    """The machine's Debian mirror (the only one reachable)."""
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    if sources.exists():
+        for stanza in sources.read_text().split("\n\n"):
+            fields = dict(
+                line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith("#")
+            )
+            suites = fields.get("Suites", "").split()
+            if SUITE in suites and "URIs" in fields:
+                return fields["URIs"].split()[0]
+    legacy = Path("/etc/apt/sources.list")
+    if legacy.exists():
+        match = re.search(rf"^deb\s+(\S+)\s+{SUITE}\s", legacy.read_text(), re.MULTILINE)
+        if match:
+            return match.group(1)
+    return "http://deb.debian.org/debian"
+
+
+# --- Podman, configured under the work folder -------------------------------------
+
+
+def podman_env() -> dict[str, str]:
+    """CONTAINERS_CONF / CONTAINERS_STORAGE_CONF for our own Podman setup.
+
+    The fixes this machine needs (see shared/TESTING.md): runc (crun refuses hybrid
+    cgroups), cgroupfs, a file events logger, ulimits within the hard limits.
+    """
+    PODMAN_DIR.mkdir(parents=True, exist_ok=True)
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nofile = 1048576 if hard == resource.RLIM_INFINITY else hard
+    containers_conf = PODMAN_DIR / "containers.conf"
+    storage_conf = PODMAN_DIR / "storage.conf"
+    wanted_containers = (
+        "# Written by tests/hosts; the machine's own Podman config is not touched.\n"
+        "[containers]\n"
+        f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc=32768:32768"]\n'
+        'log_driver = "k8s-file"\n'
+        "[engine]\n"
+        'runtime = "runc"\n'
+        'cgroup_manager = "cgroupfs"\n'
+        'events_logger = "file"\n'
+        f'events_logfile_path = "{PODMAN_DIR}/events.log"\n'
+        f'tmp_dir = "{PODMAN_DIR}/tmp"\n'
+        "[network]\n"
+        f'network_config_dir = "{PODMAN_DIR}/networks"\n'
+    )
+    wanted_storage = (
+        "[storage]\n"
+        'driver = "overlay"\n'
+        f'graphroot = "{PODMAN_DIR}/storage"\n'
+        f'runroot = "{PODMAN_DIR}/run"\n'
+    )
+    for path, text in ((containers_conf, wanted_containers), (storage_conf, wanted_storage)):
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return {"CONTAINERS_CONF": str(containers_conf), "CONTAINERS_STORAGE_CONF": str(storage_conf)}
+
+
+def podman(*args: str, check: bool = True, timeout: float | None = 300) -> str:
+    return run(["podman", *args], env=podman_env(), check=check, timeout=timeout).stdout
+
+
+def podman_ok(*args: str) -> bool:
+    return run(["podman", *args], env=podman_env(), check=False, timeout=120).returncode == 0
+
+
+# --- rootfs -----------------------------------------------------------------------
+
+
+def _extra_cas() -> list[Path]:
+    return sorted(EXTRA_CA_DIR.rglob("*.crt")) if EXTRA_CA_DIR.is_dir() else []
+
+
+def rootfs_key() -> str:
+    cas = [p.read_bytes() for p in _extra_cas()]
+    return digest([str(ROOTFS_RECIPE), SUITE, INCLUDE, debian_mirror(), *cas])
+
+
+def rootfs_tarball() -> Path:
+    """The Debian 12 minbase rootfs as a tarball, built once (about a minute)."""
+    key = rootfs_key()
+    tarball = CACHE / f"rootfs-{SUITE}-{key}.tar"
+    if tarball.exists():
+        return tarball
+    CACHE.mkdir(parents=True, exist_ok=True)
+    work = CACHE / f"rootfs-{key}.tmp"
+    if work.exists():
+        shutil.rmtree(work)
+    mirror = debian_mirror()
+    say(f"debootstrap {SUITE} from {mirror} (once per machine, about a minute)")
+    start = time.monotonic()
+    run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", SUITE, work, mirror], timeout=1200)
+    ca_dir = work / "usr/local/share/ca-certificates"
+    ca_dir.mkdir(parents=True, exist_ok=True)
+    for ca in _extra_cas():
+        shutil.copy2(ca, ca_dir / ca.name)
+    run(["chroot", work, "update-ca-certificates"], timeout=120)
+    (work / "etc/apt/sources.list").write_text(
+        f"deb {mirror} {SUITE} main\ndeb {mirror} {SUITE}-updates main\n"
+    )
+    for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for item in (work / leftover).glob("*.deb"):
+            item.unlink()
+    partial = tarball.with_suffix(".part")
+    run(["tar", "--numeric-owner", "-C", work, "-cf", partial, "."], timeout=600)
+    partial.rename(tarball)
+    shutil.rmtree(work)
+    for old in CACHE.glob(f"rootfs-{SUITE}-*.tar"):
+        if old != tarball:
+            old.unlink()
+    say(f"rootfs ready in {time.monotonic() - start:.0f} s: {tarball}")
+    return tarball
+
+
+# --- Podman images ----------------------------------------------------------------
+
+
+def base_image() -> str:
+    name = f"{BASE_REPO}:{rootfs_key()}"
+    if not podman_ok("image", "exists", name):
+        tarball = rootfs_tarball()
+        say(f"importing {name}")
+        podman("import", "--change", "CMD=/bin/bash", str(tarball), name, timeout=600)
+    return name
+
+
+def host_image_name() -> str:
+    return f"{HOST_REPO}:{tree_digest(HARNESS / 'image', rootfs_key())}"
+
+
+def host_image() -> str:
+    """The systemd + sshd host image, built once per definition (about 30 s)."""
+    name = host_image_name()
+    if podman_ok("image", "exists", name):
+        return name
+    base = base_image()
+    say(f"building {name}")
+    start = time.monotonic()
+    run(
+        ["podman", "build", "--network", "host", "--build-arg", f"BASE={base}", "-t", name, str(HARNESS / "image")],
+        env=podman_env(),
+        timeout=1200,
+    )
+    say(f"host image built in {time.monotonic() - start:.0f} s")
+    _prune(keep={name, base})
+    return name
+
+
+def _prune(keep: set[str]) -> None:
+    """Drop older tags of our images (their definition changed)."""
+    listing = podman("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
+    for image in listing.split():
+        if image.startswith((BASE_REPO, HOST_REPO)) and image not in keep:
+            podman("rmi", image, check=False)
+
+
+# --- wheels -----------------------------------------------------------------------
+
+
+def wheels_key() -> str:
+    return digest([WHEELS_FILE.read_text(), *WHEEL_PLATFORMS])
+
+
+def wheel_folder() -> Path:
+    """The hosts' wheel folder, filled once per machine (Ray: about 30 s)."""
+    folder = CACHE / f"wheels-{wheels_key()}"
+    if folder.is_dir():
+        return folder
+    partial = folder.with_suffix(".part")
+    if partial.exists():
+        shutil.rmtree(partial)
+    say(f"downloading the hosts' wheels into {folder}")
+    start = time.monotonic()
+    platforms = [arg for plat in WHEEL_PLATFORMS for arg in ("--platform", plat)]
+    run(
+        [
+            sys.executable, "-m", "pip", "download", "--quiet", "--dest", partial,
+            "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+            *platforms, "-r", WHEELS_FILE,
+        ],
+        timeout=1800,
+    )  # fmt: skip
+    partial.rename(folder)
+    for old in CACHE.glob("wheels-*"):
+        if old != folder and old.is_dir():
+            shutil.rmtree(old)
+    size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
+    say(f"{len(list(folder.iterdir()))} wheels ({size:.0f} MiB) in {time.monotonic() - start:.0f} s")
+    return folder
+
+
+def check_definition() -> None:
+    if not (HARNESS / "image" / "Containerfile").exists():
+        raise HarnessError("tests/hosts/image/Containerfile is missing")

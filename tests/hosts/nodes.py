@@ -1,0 +1,203 @@
+"""Test hosts: Podman containers with systemd and sshd on a private network.
+
+``up`` starts N hosts (node1..nodeN at <prefix>.11, .12, ...), writes an SSH
+config and an Ansible inventory for them and waits until every host's systemd
+is up and sshd answers. ``down`` removes the hosts and the network and restores
+what the network changed. Both are idempotent and safe to call after a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.hosts import netstate
+from tests.hosts.common import (
+    DEFAULT_NODES,
+    GATEWAY,
+    HOME,
+    HOST_LABEL,
+    HOST_SHM_SIZE,
+    NETWORK,
+    SSH_OPTIONS,
+    SUBNET,
+    HarnessError,
+    Node,
+    node_list,
+    run,
+    say,
+    wait_until,
+)
+from tests.hosts.images import host_image, podman, podman_env, podman_ok, wheel_folder
+
+HOSTS_DIR = HOME / "hosts"
+KEY = HOSTS_DIR / "id_ed25519"
+SSH_CONFIG = HOSTS_DIR / "ssh_config"
+INVENTORY = HOSTS_DIR / "inventory.yml"
+STATE = HOSTS_DIR / "hosts.json"
+
+
+def _ensure_key() -> None:
+    HOSTS_DIR.mkdir(parents=True, exist_ok=True)
+    if not KEY.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vllm-fleet-test-hosts", "-f", KEY])
+    KEY.chmod(0o600)
+
+
+def _ensure_network() -> None:
+    netstate.record(netstate.PODMAN)
+    if podman_ok("network", "exists", NETWORK):
+        return
+    say(f"creating network {NETWORK} ({SUBNET})")
+    podman("network", "create", "--disable-dns", "--subnet", SUBNET, "--gateway", GATEWAY, NETWORK)
+
+
+def our_containers() -> list[str]:
+    out = podman("ps", "-a", "--filter", f"label={HOST_LABEL}", "--format", "{{.Names}}", check=False)
+    return sorted(out.split())
+
+
+def active() -> bool:
+    """Whether the hosts' network or any host is still there."""
+    return podman_ok("network", "exists", NETWORK) or bool(our_containers())
+
+
+def _container_image_and_state(name: str) -> tuple[str, bool]:
+    out = podman("inspect", "--format", "{{.ImageName}} {{.State.Running}}", name, check=False).split()
+    if len(out) != 2:
+        return "", False
+    return out[0], out[1] == "true"
+
+
+def _start(node: Node, nodes: list[Node], image: str, wheels: Path) -> None:
+    hosts = [f"--add-host={other.name}:{other.address}" for other in nodes]
+    podman(
+        "run", "--detach", "--name", node.container, "--hostname", node.name,
+        "--label", f"{HOST_LABEL}=1", "--network", NETWORK, "--ip", node.address,
+        "--systemd=always", "--shm-size", HOST_SHM_SIZE, "--stop-timeout", "0",
+        *hosts,
+        "--volume", f"{KEY}.pub:/root/.ssh/authorized_keys:ro",
+        "--volume", f"{wheels}:/opt/wheels:ro",
+        image,
+    )  # fmt: skip
+
+
+def _write_access_files(nodes: list[Node]) -> None:
+    lines = [f"# Written by tests/hosts: ssh -F {SSH_CONFIG} node1\n"]
+    for node in nodes:
+        lines.append(
+            f"Host {node.name} {node.address}\n  HostName {node.address}\n  User root\n"
+            f"  IdentityFile {KEY}\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n"
+            "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  ConnectTimeout 3\n"
+        )
+    SSH_CONFIG.write_text("".join(lines))
+    inventory = {
+        "all": {
+            "hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}},
+            "children": {
+                "test_hosts": {"hosts": {n.name: {"ansible_host": n.address} for n in nodes}},
+            },
+            "vars": {
+                "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(KEY),
+                "ansible_ssh_common_args": SSH_OPTIONS,
+                "ansible_python_interpreter": "/usr/bin/python3",
+            },
+        }
+    }
+    INVENTORY.write_text("# Written by tests/hosts (python -m tests.hosts up).\n" + yaml.safe_dump(inventory))
+    STATE.write_text(
+        json.dumps(
+            {"nodes": [{"name": n.name, "address": n.address} for n in nodes], "key": str(KEY)}, indent=1
+        )
+        + "\n"
+    )
+
+
+def ssh_argv(node: str, *command: str) -> list[str]:
+    return ["ssh", "-F", str(SSH_CONFIG), "-o", "BatchMode=yes", node, *command]
+
+
+def _booted(node: Node) -> bool:
+    result = subprocess.run(
+        ssh_argv(node.name, "systemctl", "is-system-running"),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    return result.stdout.strip() in {"running", "degraded"}
+
+
+def up(count: int = DEFAULT_NODES) -> list[Node]:
+    """Start (or keep) ``count`` hosts; return them once SSH and systemd answer."""
+    nodes = node_list(count)
+    image = host_image()
+    wheels = wheel_folder()
+    _ensure_key()
+    _ensure_network()
+    wanted = {n.container for n in nodes}
+    for extra in set(our_containers()) - wanted:
+        podman("rm", "--force", "--time", "0", extra, check=False)
+    start = time.monotonic()
+    for node in nodes:
+        current, running = _container_image_and_state(node.container)
+        if current == image and running:
+            continue
+        if current:
+            podman("rm", "--force", "--time", "0", node.container, check=False)
+        _start(node, nodes, image, wheels)
+    _write_access_files(nodes)
+    say(f"{count} host(s) started in {time.monotonic() - start:.1f} s; waiting for systemd and sshd")
+    for node in nodes:
+        wait_until(f"{node.name} ({node.address})", lambda node=node: _booted(node), timeout=120)  # type: ignore[misc]
+    return nodes
+
+
+def down() -> None:
+    """Remove every test host and the network, and restore the machine's network."""
+    for name in our_containers():
+        podman("rm", "--force", "--time", "0", name, check=False)
+    if podman_ok("network", "exists", NETWORK):
+        podman("network", "rm", "--force", NETWORK, check=False)
+    from tests.hosts import engine
+
+    netstate.restore(netstate.PODMAN, others_running=engine.running())
+    for path in (INVENTORY, SSH_CONFIG, STATE):
+        path.unlink(missing_ok=True)
+    say("hosts removed")
+
+
+def reset(count: int = DEFAULT_NODES) -> list[Node]:
+    """Fresh hosts (same network): each scenario starts from a clean machine."""
+    for name in our_containers():
+        podman("rm", "--force", "--time", "0", name, check=False)
+    return up(count)
+
+
+def status() -> str:
+    return podman(
+        "ps", "-a", "--filter", f"label={HOST_LABEL}", "--format", "{{.Names}}\t{{.Status}}\t{{.Image}}", check=False
+    )
+
+
+def ssh(node: str, command: list[str]) -> None:
+    if not SSH_CONFIG.exists():
+        raise HarnessError("no hosts are up: run `make up` (python -m tests.hosts up) first")
+    os.execvp("ssh", ["ssh", "-F", str(SSH_CONFIG), node, *command])
+
+
+def environment() -> dict[str, str]:
+    """What a developer exports to use the hosts and the engine by hand."""
+    from tests.hosts import engine
+
+    return {
+        **podman_env(),
+        "VLLM_FLEET_TEST_INVENTORY": str(INVENTORY),
+        "DOCKER_HOST": engine.DOCKER_HOST,
+    }
