@@ -1,0 +1,98 @@
+"""site.yml end to end on real test hosts (SSH, systemd), with logical GPUs declared."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT
+from tests.hosts.common import SSH_OPTIONS
+from tests.system.conftest import Hosts
+
+PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+TINY_MODEL = ROOT / "inventories/local/files/tiny-llama"
+
+
+def _inventory(path: Path, hosts: Hosts, **node_overrides: dict[str, object]) -> Path:
+    nodes = {}
+    for node in hosts.nodes:
+        nodes[node.name] = {
+            "ansible_host": node.address,
+            "vllm_fleet_gpu": "L4",
+            "vllm_fleet_gpu_count": 4,
+            "vllm_fleet_interface": "eth0",
+            **node_overrides.get(node.name, {}),
+        }
+    inventory = {
+        "all": {
+            "hosts": {"localhost": {"ansible_connection": "local"}},
+            "children": {"vllm_nodes": {"hosts": nodes}},
+            "vars": {
+                "ansible_user": "root",
+                "ansible_ssh_private_key_file": hosts.key,
+                "ansible_ssh_common_args": SSH_OPTIONS,
+                "vllm_fleet_model": str(TINY_MODEL),
+                "vllm_fleet_max_model_len": 2048,
+                "vllm_fleet_connect_timeout": 5,
+            },
+        }
+    }
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def _site(inventory: Path, artifacts: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [PLAYBOOK, "site.yml", "-i", str(inventory), "-e", f"vllm_fleet_artifacts_dir={artifacts}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _recap(stdout: str) -> dict[str, dict[str, int]]:
+    recap = {}
+    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.MULTILINE):
+        recap[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counters)}
+    return recap
+
+
+def test_site_plans_for_the_hosts_and_reaches_every_one(test_hosts: Hosts, tmp_path: Path) -> None:
+    inventory = _inventory(tmp_path / "hosts.yml", test_hosts)
+    result = _site(inventory, tmp_path / "artifacts")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    recap = _recap(result.stdout)
+    for node in test_hosts.nodes:
+        assert recap[node.name]["unreachable"] == 0 and recap[node.name]["failed"] == 0
+        assert recap[node.name]["ok"] >= 2, recap[node.name]  # reached, then given its part of the plan
+    plan = json.loads((tmp_path / "artifacts/plan.json").read_text())
+    addresses = {n.name: n.address for n in test_hosts.nodes}
+    placed = {inst["head_node"] for inst in plan["instances"]}
+    assert placed == set(addresses), f"every host serves: {placed}"
+    for inst in plan["instances"]:
+        assert addresses[inst["head_node"]] in inst["endpoint"]
+        assert inst["env"].get("NCCL_SOCKET_IFNAME") == "eth0" or inst["tensor_parallel_size"] == 1
+    # A second run changes nothing.
+    again = _site(inventory, tmp_path / "artifacts")
+    assert again.returncode == 0 and all(c["changed"] == 0 for c in _recap(again.stdout).values()), again.stdout[-3000:]
+
+
+def test_a_node_that_does_not_answer_stops_the_run_by_name(test_hosts: Hosts, tmp_path: Path) -> None:
+    last = test_hosts.nodes[-1]
+    # sshd refuses on a closed port of a real host: the run must stop before any phase, naming it.
+    inventory = _inventory(tmp_path / "hosts.yml", test_hosts, **{last.name: {"ansible_port": 2}})
+    result = _site(inventory, tmp_path / "artifacts")
+    assert result.returncode != 0
+    assert f"{last.name} ({last.address}) does not answer" in result.stdout
+    assert "No host has been changed" in result.stdout
+    assert "Share the plan with every node" not in result.stdout, "later plays ran after a node failed"
