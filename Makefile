@@ -1,15 +1,24 @@
 # vllm-fleet: one command to set up and run the main job, one to run every test.
 #   make run         set up .venv and run site.yml on inventories/local (this machine)
-#   make test        everything CI runs: ruff, mypy, ansible-lint, pytest (unit + integration)
-#   make test-unit   the fast loop
+#   make test        everything CI runs, with a timing table: lint, unit + integration
+#                    tests, then the test hosts (images, Docker Engine, Molecule
+#                    scenarios, site.yml on the hosts) and their teardown
+#   make test-unit   the fast loop (planner unit tests)
+#   make check       lint + unit + integration, no test hosts
+#   make test-hosts  only the host stage of `make test`
+#   make up / down   start test hosts (and the Docker Engine) and keep them / remove them
+#   make ssh NODE=node2   log into a test host
 #   make bench       accuracy against real vLLM logs and planner speed
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 INVENTORY ?= inventories/local
+NODES ?= 3
+NODE ?= node1
 STAMP := $(VENV)/.installed
+HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan test test-unit lint bench clean
+.PHONY: setup run plan test test-unit check test-hosts lint up down ssh bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +31,8 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/ansible-playbook site.yml -i $(INVENTORY)
 
-plan: run
+plan: $(STAMP)
+	$(BIN)/ansible-playbook site.yml -i $(INVENTORY) --tags plan
 
 lint: $(STAMP)
 	$(BIN)/ruff check vllm_fleet tests plugins
@@ -33,8 +43,23 @@ lint: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
 
-test: lint
+check: lint
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -v --durations=5
+
+test: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --nodes $(NODES)
+
+test-hosts: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes $(NODES)
+
+up: $(STAMP)
+	$(HOSTS) up --nodes $(NODES)
+
+down: $(STAMP)
+	$(HOSTS) down
+
+ssh: $(STAMP)
+	$(HOSTS) ssh $(NODE)
 
 bench: $(STAMP)
 	$(BIN)/python tests/bench/memory_accuracy.py

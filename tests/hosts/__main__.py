@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     p_ssh = sub.add_parser("ssh", help="ssh into a host: ssh node1 [command]")
     p_ssh.add_argument("node")
     p_ssh.add_argument("cmd", nargs=argparse.REMAINDER)
-    sub.add_parser("env", help="print export lines: eval \"$(python -m tests.hosts env)\"")
+    sub.add_parser("env", help='print export lines: eval "$(python -m tests.hosts env)"')
     sub.add_parser("images", help="build (or reuse) the rootfs, the host image and the wheel folder")
     sub.add_parser("engine-up", help="start the Docker Engine only")
     sub.add_parser("engine-down", help="stop the Docker Engine only")

@@ -9,6 +9,7 @@ Teardown always runs, also after a failure or Ctrl-C, unless ``--keep``.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -34,7 +35,7 @@ class Stage:
 class Run:
     stages: list[Stage] = field(default_factory=list)
 
-    def step(self, name: str, action: Callable[[], None]) -> None:
+    def step(self, name: str, action: Callable[[], object]) -> None:
         say(f"=== {name}")
         start = time.monotonic()
         try:
@@ -81,35 +82,60 @@ def run_molecule(project: Path, scenario: str) -> None:
     _call([str(BIN / "molecule"), "test", "--scenario-name", scenario], cwd=project)
 
 
+def _machine() -> None:
+    require_root()
+    ensure_machine_packages()
+
+
+def _lint() -> None:
+    _call(["make", "--no-print-directory", "lint"])
+
+
+def _pytest(*args: str) -> None:
+    _call([str(BIN / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", *args])
+
+
 def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
     ci = Run()
     failed = False
     try:
         if with_checks:
-            ci.step("lint (ruff, mypy, ansible-lint)", lambda: _call(["make", "--no-print-directory", "lint"]))
-            ci.step("unit + integration tests", lambda: _call([str(BIN / "python"), "-m", "pytest", "-v", "--durations=5"]))
-        ci.step("machine packages", lambda: (require_root(), ensure_machine_packages()) and None)
-        ci.step("images (build or reuse)", lambda: images.host_image() and None)
-        ci.step("host wheels (fill or reuse)", lambda: images.wheel_folder() and None)
-        ci.step("Docker Engine up", lambda: engine.up() and None)
-        ci.step(f"{count} hosts up", lambda: nodes.up(count) and None)
+            ci.step("lint (ruff, mypy, ansible-lint)", _lint)
+            ci.step("unit + integration tests", lambda: _pytest("--durations=5"))
+        ci.step("machine packages", _machine)
+        ci.step("images (build or reuse)", images.host_image)
+        ci.step("host wheels (fill or reuse)", images.wheel_folder)
+        ci.step("Docker Engine up", engine.up)
+        ci.step(f"{count} hosts up", lambda: nodes.up(count))
         for project, scenario in molecule_scenarios():
-            label = f"{project.relative_to(REPO)}:{scenario}"
-            ci.step(f"molecule {label}", lambda p=project, s=scenario: (nodes.reset(count), run_molecule(p, s)) and None)
-        ci.step("system tests (site.yml on hosts, engine)", lambda: (nodes.reset(count), _call(
-            [str(BIN / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/system"])) and None)
+            # Every scenario starts from fresh hosts (about 5 s): no scenario sees another's leftovers.
+            name = f"molecule {project.relative_to(REPO)}:{scenario}"
+            ci.step(name, functools.partial(_scenario, project, scenario, count))
+        ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count))
     except (HarnessError, KeyboardInterrupt) as exc:
         failed = True
         say(f"FAILED: {exc}")
     finally:
-        if keep and not failed:
-            say("--keep: hosts and engine left running (make down removes them)")
-        elif keep:
-            say("--keep: left running for a look; `make down` removes them")
+        if keep:
+            say("--keep: hosts and engine left running; `make down` removes them")
         else:
-            ci.step("teardown", _teardown)
+            try:
+                ci.step("teardown", _teardown)
+            except HarnessError as exc:
+                failed = True
+                say(f"teardown FAILED: {exc}")
         print("\n" + ci.table(), flush=True)
     return 1 if failed else 0
+
+
+def _system_tests(count: int) -> None:
+    nodes.reset(count)
+    _pytest("tests/system")
+
+
+def _scenario(project: Path, scenario: str, count: int) -> None:
+    nodes.reset(count)
+    run_molecule(project, scenario)
 
 
 def _teardown() -> None:

@@ -10,6 +10,7 @@ docker0 and the cgroup folders that dockerd changed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -48,7 +49,10 @@ def _pid() -> int | None:
 
 
 def _answers() -> bool:
-    return run(["docker", "version", "--format", "{{.Server.Version}}"], env=_env(), check=False, timeout=10).returncode == 0
+    return (
+        run(["docker", "version", "--format", "{{.Server.Version}}"], env=_env(), check=False, timeout=10).returncode
+        == 0
+    )
 
 
 def running() -> bool:
@@ -66,7 +70,7 @@ def up() -> str:
     image = base_image()
     if run(["docker", "image", "inspect", image], env=_env(), check=False).returncode != 0:
         say(f"importing {image} into the Docker Engine")
-        docker("import", "--change", "CMD [\"/bin/bash\"]", str(rootfs_tarball()), image, timeout=600)
+        docker("import", "--change", 'CMD ["/bin/bash"]', str(rootfs_tarball()), image, timeout=600)
     return image
 
 
@@ -89,7 +93,9 @@ def _start() -> None:
     say(f"starting dockerd (log: {LOG})")
     with LOG.open("ab") as log:
         # setsid --fork: dockerd outlives this command and is nobody's zombie.
-        subprocess.run(["setsid", "--fork", *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            ["setsid", "--fork", *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=True
+        )
     wait_until("Docker Engine", _answers, timeout=60, every=0.5)
 
 
@@ -129,7 +135,5 @@ def _kill_leftover_containerd() -> None:
         except OSError:
             continue
         if "containerd" in cmdline and exec_root in cmdline:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(int(proc.name), signal.SIGKILL)
-            except OSError:
-                pass

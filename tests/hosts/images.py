@@ -81,10 +81,7 @@ def podman_env() -> dict[str, str]:
         f'network_config_dir = "{PODMAN_DIR}/networks"\n'
     )
     wanted_storage = (
-        "[storage]\n"
-        'driver = "overlay"\n'
-        f'graphroot = "{PODMAN_DIR}/storage"\n'
-        f'runroot = "{PODMAN_DIR}/run"\n'
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{PODMAN_DIR}/storage"\nrunroot = "{PODMAN_DIR}/run"\n'
     )
     for path, text in ((containers_conf, wanted_containers), (storage_conf, wanted_storage)):
         if not path.exists() or path.read_text() != text:
@@ -131,9 +128,7 @@ def rootfs_tarball() -> Path:
     for ca in _extra_cas():
         shutil.copy2(ca, ca_dir / ca.name)
     run(["chroot", work, "update-ca-certificates"], timeout=120)
-    (work / "etc/apt/sources.list").write_text(
-        f"deb {mirror} {SUITE} main\ndeb {mirror} {SUITE}-updates main\n"
-    )
+    (work / "etc/apt/sources.list").write_text(f"deb {mirror} {SUITE} main\ndeb {mirror} {SUITE}-updates main\n")
     for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
         for item in (work / leftover).glob("*.deb"):
             item.unlink()

@@ -126,7 +126,7 @@ def restore(owner: Owner, *, others_running: bool) -> None:
     for iface in owner.interfaces:
         if iface not in before.get("interfaces", []) and Path("/sys/class/net", iface).exists():  # type: ignore[operator]
             run(["ip", "link", "delete", iface], check=False)
-    kept = set(before.get("cgroups", []))  # type: ignore[arg-type]
+    kept = {str(c) for c in before.get("cgroups", [])}  # type: ignore[attr-defined]
     for folder in _cgroup_dirs(owner.cgroup_folders):
         if folder not in kept:
             _remove_cgroup_tree(Path(folder))

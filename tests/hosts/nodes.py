@@ -98,7 +98,12 @@ def _write_access_files(nodes: list[Node]) -> None:
     SSH_CONFIG.write_text("".join(lines))
     inventory = {
         "all": {
-            "hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}},
+            "hosts": {
+                "localhost": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                }
+            },
             "children": {
                 "test_hosts": {"hosts": {n.name: {"ansible_host": n.address} for n in nodes}},
             },
@@ -112,10 +117,7 @@ def _write_access_files(nodes: list[Node]) -> None:
     }
     INVENTORY.write_text("# Written by tests/hosts (python -m tests.hosts up).\n" + yaml.safe_dump(inventory))
     STATE.write_text(
-        json.dumps(
-            {"nodes": [{"name": n.name, "address": n.address} for n in nodes], "key": str(KEY)}, indent=1
-        )
-        + "\n"
+        json.dumps({"nodes": [{"name": n.name, "address": n.address} for n in nodes], "key": str(KEY)}, indent=1) + "\n"
     )
 
 
