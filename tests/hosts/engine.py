@@ -116,12 +116,21 @@ def down() -> None:
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.5)
     _kill_leftover_containerd()
+    _unmount_leftovers()
     PIDFILE.unlink(missing_ok=True)
     SOCKET.unlink(missing_ok=True)
     from tests.hosts import nodes
 
     netstate.restore(netstate.DOCKER, others_running=nodes.active())
     say("Docker Engine stopped")
+
+
+def _unmount_leftovers() -> None:
+    """dockerd leaves its default network namespace mounted under the exec root."""
+    prefix = str(DOCKER_DIR) + "/"
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for target in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        run(["umount", "--lazy", target], check=False)
 
 
 def _kill_leftover_containerd() -> None:
