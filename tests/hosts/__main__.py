@@ -58,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "reset":
             nodes.reset(args.nodes)
         elif args.command == "down":
-            nodes.down()
-            engine.down()
+            ci.teardown()
         elif args.command == "images":
             print(images.host_image())
             print(images.wheel_folder())

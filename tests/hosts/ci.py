@@ -35,11 +35,22 @@ class Stage:
 class Run:
     stages: list[Stage] = field(default_factory=list)
 
-    def step(self, name: str, action: Callable[[], object]) -> None:
+    failures: list[str] = field(default_factory=list)
+
+    def step(self, name: str, action: Callable[[], object], *, fatal: bool = True) -> None:
+        """Run one stage and time it. A test stage that fails is recorded and the run goes on
+        (every failure is reported in one run); a failed infrastructure stage stops it."""
         say(f"=== {name}")
         start = time.monotonic()
         try:
             action()
+        except HarnessError as exc:
+            self.stages.append(Stage(name, time.monotonic() - start, "FAILED"))
+            if fatal:
+                raise
+            say(f"FAILED: {name}: {exc}")
+            self.failures.append(name)
+            return
         except BaseException:
             self.stages.append(Stage(name, time.monotonic() - start, "FAILED"))
             raise
@@ -100,9 +111,11 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
     failed = False
     try:
         if with_checks:
-            ci.step("lint (ruff, mypy, ansible-lint)", _lint)
-            ci.step("unit + integration tests", lambda: _pytest("--durations=5"))
+            ci.step("lint (ruff, mypy, ansible-lint)", _lint, fatal=False)
+            ci.step("unit + integration tests", lambda: _pytest("--durations=5"), fatal=False)
         ci.step("machine packages", _machine)
+        # Hosts or an engine left by an interrupted run (their processes may be gone) go first.
+        ci.step("clear leftovers of earlier runs", teardown, fatal=False)
         ci.step("images (build or reuse)", images.host_image)
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
         ci.step("Docker Engine up", engine.up)
@@ -110,8 +123,8 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
         for project, scenario in molecule_scenarios():
             # Every scenario starts from fresh hosts (about 5 s): no scenario sees another's leftovers.
             name = f"molecule {project.relative_to(REPO)}:{scenario}"
-            ci.step(name, functools.partial(_scenario, project, scenario, count))
-        ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count))
+            ci.step(name, functools.partial(_scenario, project, scenario, count), fatal=False)
+        ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count), fatal=False)
     except (HarnessError, KeyboardInterrupt) as exc:
         failed = True
         say(f"FAILED: {exc}")
@@ -120,12 +133,14 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
             say("--keep: hosts and engine left running; `make down` removes them")
         else:
             try:
-                ci.step("teardown", _teardown)
+                ci.step("teardown", teardown)
             except HarnessError as exc:
                 failed = True
                 say(f"teardown FAILED: {exc}")
         print("\n" + ci.table(), flush=True)
-    return 1 if failed else 0
+    if ci.failures:
+        print(f"failed stages: {', '.join(ci.failures)}", flush=True)
+    return 1 if failed or ci.failures else 0
 
 
 def _system_tests(count: int) -> None:
@@ -138,7 +153,8 @@ def _scenario(project: Path, scenario: str, count: int) -> None:
     run_molecule(project, scenario)
 
 
-def _teardown() -> None:
+def teardown() -> None:
+    """Remove hosts and engine; both halves run even when one fails."""
     errors = []
     for action in (nodes.down, engine.down):
         try:

@@ -121,7 +121,11 @@ def down() -> None:
     SOCKET.unlink(missing_ok=True)
     from tests.hosts import nodes
 
-    netstate.restore(netstate.DOCKER, others_running=nodes.active())
+    problems = netstate.restore(netstate.DOCKER, others_running=nodes.active())
+    if running():
+        problems.append(f"dockerd (pid {_pid()}) still runs")
+    if problems:
+        raise HarnessError("Docker Engine stopped, but the machine is not as before: " + "; ".join(problems))
     say("Docker Engine stopped")
 
 

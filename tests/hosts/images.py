@@ -31,9 +31,10 @@ WHEELS_FILE = HARNESS / "wheels.txt"
 WHEEL_PLATFORMS = ["manylinux2014_x86_64", *(f"manylinux_2_{minor}_x86_64" for minor in range(17, 37))]
 
 
-def debian_mirror() -> str:
-    """The machine's Debian mirror (the only one reachable)."""
-    sources = Path("/etc/apt/sources.list.d/debian.sources")
+def debian_mirror(
+    sources: Path = Path("/etc/apt/sources.list.d/debian.sources"), legacy: Path = Path("/etc/apt/sources.list")
+) -> str:
+    """The machine's Debian mirror (the only one reachable), from deb822 or one-line sources."""
     if sources.exists():
         for stanza in sources.read_text().split("\n\n"):
             fields = dict(
@@ -42,9 +43,8 @@ def debian_mirror() -> str:
             suites = fields.get("Suites", "").split()
             if SUITE in suites and "URIs" in fields:
                 return fields["URIs"].split()[0]
-    legacy = Path("/etc/apt/sources.list")
     if legacy.exists():
-        match = re.search(rf"^deb\s+(\S+)\s+{SUITE}\s", legacy.read_text(), re.MULTILINE)
+        match = re.search(rf"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+{SUITE}\s", legacy.read_text(), re.MULTILINE)
         if match:
             return match.group(1)
     return "http://deb.debian.org/debian"

@@ -15,6 +15,7 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.hosts.common import HOME, run, say
 
@@ -87,7 +88,8 @@ def record(owner: Owner) -> None:
         owner.state_file.write_text(json.dumps(state, indent=1) + "\n")
 
 
-def _owned(owner: Owner, rule: str) -> bool:
+def owned(owner: Owner, rule: str) -> bool:
+    """Whether an ``iptables -S`` line belongs to ``owner`` (its chain, its jump target, its interface)."""
     words = shlex.split(rule)
     if len(words) < 2:
         return False
@@ -100,53 +102,78 @@ def _owned(owner: Owner, rule: str) -> bool:
     )
 
 
-def restore(owner: Owner, *, others_running: bool) -> None:
-    """Undo what ``owner`` added since its snapshot; restore the machine if it is the last."""
+def owned_additions(owner: Owner, before: list[str], now: list[str]) -> list[str]:
+    """The ``iptables -S`` lines that ``owner`` added since ``before``."""
+    known = set(before)
+    return [r for r in now if r not in known and owned(owner, r)]
+
+
+def undo_commands(table: str, added: list[str]) -> list[list[str]]:
+    """iptables arguments that remove ``added``: rules first (-D), then their chains (-F, -X)."""
+    commands = [["-t", table, "-D", *shlex.split(r)[1:]] for r in added if r.startswith("-A ")]
+    for rule in added:
+        if rule.startswith("-N "):
+            chain = shlex.split(rule)[1]
+            commands += [["-t", table, "-F", chain], ["-t", table, "-X", chain]]
+    return commands
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def restore(owner: Owner, *, others_running: bool) -> list[str]:
+    """Undo what ``owner`` added since its snapshot; restore the machine if it is the last.
+
+    Returns what could not be put back (empty: the machine is as it was).
+    """
+    problems: list[str] = []
     exe = _iptables()
-    before: dict[str, object] = {}
-    if owner.state_file.exists():
-        before = json.loads(owner.state_file.read_text())
-    old_rules: dict[str, list[str]] = before.get("rules", {t: [] for t in TABLES})  # type: ignore[assignment]
+    before = _load(owner.state_file)
     if exe is not None:
         for table in TABLES:
-            now = _rules(table)
-            known = set(old_rules.get(table, []))
-            added = [r for r in now if r not in known and _owned(owner, r)]
-            for rule in added:
-                if rule.startswith("-A "):
-                    run([exe, "-w", "-t", table, "-D", *shlex.split(rule)[1:]], check=False)
-            for rule in added:
-                if rule.startswith("-N "):
-                    chain = shlex.split(rule)[1]
-                    run([exe, "-w", "-t", table, "-F", chain], check=False)
-                    run([exe, "-w", "-t", table, "-X", chain], check=False)
-            left = [r for r in _rules(table) if r not in known and _owned(owner, r)]
+            old = before.get("rules", {}).get(table, [])
+            for args in undo_commands(table, owned_additions(owner, old, _rules(table))):
+                run([exe, "-w", *args], check=False)
+            left = owned_additions(owner, old, _rules(table))
             if left:
-                say(f"warning: iptables -t {table} still has {len(left)} {owner.name} rule(s): {left[:3]}")
+                problems.append(f"iptables -t {table} still has {owner.name} rules: {left[:3]}")
     for iface in owner.interfaces:
-        if iface not in before.get("interfaces", []) and Path("/sys/class/net", iface).exists():  # type: ignore[operator]
+        if iface not in before.get("interfaces", []) and Path("/sys/class/net", iface).exists():
             run(["ip", "link", "delete", iface], check=False)
-    kept = {str(c) for c in before.get("cgroups", [])}  # type: ignore[attr-defined]
+            if Path("/sys/class/net", iface).exists():
+                problems.append(f"interface {iface} is still there")
+    kept = set(before.get("cgroups", []))
     for folder in _cgroup_dirs(owner.cgroup_folders):
-        if folder not in kept:
-            _remove_cgroup_tree(Path(folder))
+        if folder not in kept and not _remove_cgroup_tree(Path(folder)):
+            problems.append(f"cgroup folder {folder} is still there (a process still in it?)")
     owner.state_file.unlink(missing_ok=True)
-    if not others_running and ORIGINAL.exists():
-        original = json.loads(ORIGINAL.read_text())
+    original = _load(ORIGINAL)
+    if not others_running and original:
         if IP_FORWARD.read_text().strip() != original["ip_forward"]:
             IP_FORWARD.write_text(original["ip_forward"] + "\n")
         if exe is not None and _forward_policy() != original["forward_policy"]:
             run([exe, "-w", "-P", "FORWARD", original["forward_policy"]], check=False)
-        ORIGINAL.unlink()
-        say(f"network restored: ip_forward={original['ip_forward']}, FORWARD policy {original['forward_policy']}")
+        now = (IP_FORWARD.read_text().strip(), _forward_policy() if exe else original["forward_policy"])
+        if now != (original["ip_forward"], original["forward_policy"]):
+            problems.append(f"ip_forward/FORWARD policy are {now}, were {original}")
+        else:
+            ORIGINAL.unlink()
+            say(f"network restored: ip_forward={original['ip_forward']}, FORWARD policy {original['forward_policy']}")
+    for problem in problems:
+        say(f"warning: {problem}")
+    return problems
 
 
-def _remove_cgroup_tree(folder: Path) -> None:
+def _remove_cgroup_tree(folder: Path) -> bool:
     """rmdir a cgroup folder bottom-up (cgroup folders cannot be removed with rm -r)."""
     children = sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
     for path in [*children, folder]:
         try:
             path.rmdir()
-        except OSError as exc:
-            say(f"warning: cgroup {path} left in place ({exc.strerror})")
-            return
+        except OSError:
+            return False
+    return True

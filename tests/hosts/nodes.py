@@ -28,6 +28,7 @@ from tests.hosts.common import (
     SUBNET,
     HarnessError,
     Node,
+    digest,
     node_list,
     run,
     say,
@@ -67,18 +68,20 @@ def active() -> bool:
     return podman_ok("network", "exists", NETWORK) or bool(our_containers())
 
 
-def _container_image_and_state(name: str) -> tuple[str, bool]:
-    out = podman("inspect", "--format", "{{.ImageName}} {{.State.Running}}", name, check=False).split()
+def _config_and_state(name: str) -> tuple[str, bool] | None:
+    """The host's definition hash and whether it runs; None when there is no such container."""
+    fmt = f'{{{{index .Config.Labels "{HOST_LABEL}"}}}} {{{{.State.Running}}}}'
+    out = podman("inspect", "--format", fmt, name, check=False).split()
     if len(out) != 2:
-        return "", False
+        return None
     return out[0], out[1] == "true"
 
 
-def _start(node: Node, nodes: list[Node], image: str, wheels: Path) -> None:
+def _start(node: Node, nodes: list[Node], image: str, wheels: Path, config: str) -> None:
     hosts = [f"--add-host={other.name}:{other.address}" for other in nodes]
     podman(
         "run", "--detach", "--name", node.container, "--hostname", node.name,
-        "--label", f"{HOST_LABEL}=1", "--network", NETWORK, "--ip", node.address,
+        "--label", f"{HOST_LABEL}={config}", "--network", NETWORK, "--ip", node.address,
         "--systemd=always", "--shm-size", HOST_SHM_SIZE, "--stop-timeout", "0",
         *hosts,
         "--volume", f"{KEY}.pub:/root/.ssh/authorized_keys:ro",
@@ -147,13 +150,15 @@ def up(count: int = DEFAULT_NODES) -> list[Node]:
     for extra in set(our_containers()) - wanted:
         podman("rm", "--force", "--time", "0", extra, check=False)
     start = time.monotonic()
+    # A running host is kept only if it was started from exactly this definition.
+    config = digest([image, str(wheels), HOST_SHM_SIZE, *(f"{n.name}={n.address}" for n in nodes)])
     for node in nodes:
-        current, running = _container_image_and_state(node.container)
-        if current == image and running:
+        found = _config_and_state(node.container)
+        if found == (config, True):
             continue
-        if current:
+        if found is not None:
             podman("rm", "--force", "--time", "0", node.container, check=False)
-        _start(node, nodes, image, wheels)
+        _start(node, nodes, image, wheels, config)
     _write_access_files(nodes)
     say(f"{count} host(s) started in {time.monotonic() - start:.1f} s; waiting for systemd and sshd")
     for node in nodes:
@@ -169,9 +174,14 @@ def down() -> None:
         podman("network", "rm", "--force", NETWORK, check=False)
     from tests.hosts import engine
 
-    netstate.restore(netstate.PODMAN, others_running=engine.running())
+    problems = netstate.restore(netstate.PODMAN, others_running=engine.running())
     for path in (INVENTORY, SSH_CONFIG, STATE):
         path.unlink(missing_ok=True)
+    left = our_containers()
+    if left:
+        problems.append(f"containers still there: {left}")
+    if problems:
+        raise HarnessError("hosts removed, but the machine is not as before: " + "; ".join(problems))
     say("hosts removed")
 
 

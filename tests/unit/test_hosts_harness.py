@@ -1,0 +1,90 @@
+"""The test-host harness's own logic: what it owns in iptables, mirrors, hashes, CI stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.hosts import ci, netstate
+from tests.hosts.common import HarnessError, node_list, tree_digest
+from tests.hosts.images import debian_mirror
+
+NETAVARK_JUMP = '-A FORWARD -m comment --comment "netavark firewall plugin rules" -j NETAVARK_FORWARD'
+DOCKER_MASQ = "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE"
+USER_RULE = "-A FORWARD -i eth1 -j ACCEPT"
+
+
+def test_rules_are_owned_by_chain_target_or_interface() -> None:
+    assert netstate.owned(netstate.PODMAN, NETAVARK_JUMP)
+    assert netstate.owned(netstate.PODMAN, "-N NETAVARK-HOSTPORT-DNAT")
+    assert not netstate.owned(netstate.DOCKER, NETAVARK_JUMP)
+    assert netstate.owned(netstate.DOCKER, DOCKER_MASQ)
+    assert netstate.owned(netstate.DOCKER, "-A DOCKER-ISOLATION-STAGE-1 -j RETURN")
+    assert not netstate.owned(netstate.PODMAN, DOCKER_MASQ)
+    assert not netstate.owned(netstate.DOCKER, USER_RULE) and not netstate.owned(netstate.PODMAN, USER_RULE)
+
+
+def test_only_additions_are_undone_rules_before_chains() -> None:
+    before = ["-P FORWARD ACCEPT", USER_RULE, "-N DOCKER-USER"]  # DOCKER-USER was there: keep it
+    now = [*before, "-N NETAVARK_FORWARD", NETAVARK_JUMP, "-N DOCKER", DOCKER_MASQ]
+    added = netstate.owned_additions(netstate.PODMAN, before, now)
+    assert added == ["-N NETAVARK_FORWARD", NETAVARK_JUMP]
+    commands = netstate.undo_commands("filter", added)
+    assert commands == [
+        ["-t", "filter", "-D", "FORWARD", "-m", "comment", "--comment", "netavark firewall plugin rules",
+         "-j", "NETAVARK_FORWARD"],
+        ["-t", "filter", "-F", "NETAVARK_FORWARD"],
+        ["-t", "filter", "-X", "NETAVARK_FORWARD"],
+    ]  # fmt: skip
+    assert netstate.owned_additions(netstate.DOCKER, before, now) == ["-N DOCKER", DOCKER_MASQ]
+
+
+def test_debian_mirror_from_deb822_and_one_line_sources(tmp_path: Path) -> None:
+    deb822 = tmp_path / "debian.sources"
+    deb822.write_text(
+        "Types: deb\nURIs: http://security.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\n# a comment: with a colon\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
+    )
+    assert debian_mirror(deb822, tmp_path / "none") == "http://mirror.example/debian"
+    legacy = tmp_path / "sources.list"
+    legacy.write_text("deb [arch=amd64] http://old.example/debian bookworm main\n")
+    assert debian_mirror(tmp_path / "none", legacy) == "http://old.example/debian"
+    assert debian_mirror(tmp_path / "none", tmp_path / "none") == "http://deb.debian.org/debian"
+
+
+def test_image_hash_follows_the_definition(tmp_path: Path) -> None:
+    (tmp_path / "Containerfile").write_text("FROM base\n")
+    first = tree_digest(tmp_path, "rootfs-a")
+    assert tree_digest(tmp_path, "rootfs-a") == first
+    assert tree_digest(tmp_path, "rootfs-b") != first
+    (tmp_path / "pip.conf").write_text("[global]\n")
+    assert tree_digest(tmp_path, "rootfs-a") != first
+
+
+def test_nodes_get_fixed_addresses() -> None:
+    nodes = node_list(3)
+    assert [n.name for n in nodes] == ["node1", "node2", "node3"]
+    assert nodes[0].address.endswith(".11") and nodes[2].container == "vf-node3"
+    with pytest.raises(HarnessError, match="between 1 and 50"):
+        node_list(0)
+
+
+def test_ci_records_failed_test_stages_and_goes_on() -> None:
+    run = ci.Run()
+    run.step("passes", lambda: None)
+
+    def broken() -> None:
+        raise HarnessError("exit 1")
+
+    run.step("a scenario", broken, fatal=False)
+    with pytest.raises(HarnessError):
+        run.step("hosts up", broken)
+    assert run.failures == ["a scenario"]
+    table = run.table()
+    assert "passes" in table and "a scenario  FAILED" in table and table.splitlines()[-1].startswith("total")
+
+
+def test_the_self_test_scenario_is_found_first() -> None:
+    scenarios = ci.molecule_scenarios()
+    assert scenarios[0][1] == "selftest" and (scenarios[0][0] / "molecule/selftest/verify.yml").exists()
