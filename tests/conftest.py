@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import struct
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 FIXTURES = ROOT / "tests" / "unit" / "fixtures"
+PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or shutil.which("ansible-playbook")
+
+
+def run_site(inventory: Path, artifacts: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook site.yml with the repository's ansible.cfg, artifacts written to ``artifacts``."""
+    if PLAYBOOK is None:
+        raise RuntimeError("ansible-playbook is not installed: make setup")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [PLAYBOOK, "site.yml", "-i", str(inventory), "-e", f"vllm_fleet_artifacts_dir={artifacts}", *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:

@@ -3,31 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import PLAYBOOK, ROOT
+from tests.conftest import run_site as _run
 
-PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or shutil.which("ansible-playbook")
 pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook not installed")
-
-
-def _run(inventory: Path, artifacts: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [str(PLAYBOOK), "site.yml", "-i", str(inventory), "-e", f"vllm_fleet_artifacts_dir={artifacts}", *extra],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def test_local_inventory_plans_and_writes_artifacts(tmp_path: Path) -> None:

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_site
 from tests.hosts.common import SSH_OPTIONS
 from tests.system.conftest import Hosts
 
-PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 TINY_MODEL = ROOT / "inventories/local/files/tiny-llama"
 
 
@@ -48,16 +45,7 @@ def _inventory(path: Path, hosts: Hosts, **node_overrides: dict[str, object]) ->
 
 
 def _site(inventory: Path, artifacts: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [PLAYBOOK, "site.yml", "-i", str(inventory), "-e", f"vllm_fleet_artifacts_dir={artifacts}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_site(inventory, artifacts)
 
 
 def _recap(stdout: str) -> dict[str, dict[str, int]]:
