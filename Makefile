@@ -35,8 +35,8 @@ plan: $(STAMP)
 	$(BIN)/ansible-playbook site.yml -i $(INVENTORY) --tags plan
 
 lint: $(STAMP)
-	$(BIN)/ruff check vllm_fleet tests plugins
-	$(BIN)/ruff format --check vllm_fleet tests plugins
+	$(BIN)/ruff check vllm_fleet tests plugins roles
+	$(BIN)/ruff format --check vllm_fleet tests plugins roles
 	$(BIN)/mypy
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-lint
 

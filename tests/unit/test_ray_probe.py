@@ -1,0 +1,41 @@
+"""The ray_cluster role's placement feasibility check (pure Python, no Ray needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+from tests.conftest import ROOT
+
+
+def _probe() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ray_probe", ROOT / "roles/ray_cluster/files/ray_probe.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NODES = [{"GPU": 4.0, "CPU": 1.0}, {"GPU": 4.0, "CPU": 1.0}, {"GPU": 2.0, "CPU": 1.0}]
+
+
+def test_strict_spread_needs_a_distinct_node_per_bundle() -> None:
+    fits = _probe().fits
+    assert fits([{"GPU": 4}, {"GPU": 4}, {"GPU": 2}], NODES, "STRICT_SPREAD") is not None
+    # Each bundle alone fits a node, but three GPU-4 bundles need three GPU-4 nodes: Ray would wait forever.
+    assert fits([{"GPU": 4}, {"GPU": 4}, {"GPU": 4}], NODES, "STRICT_SPREAD") is None
+    assert fits([{"GPU": 1}] * 4, NODES, "STRICT_SPREAD") is None
+
+
+def test_pack_and_strict_pack_use_capacity() -> None:
+    fits = _probe().fits
+    assert fits([{"GPU": 2}] * 5, NODES, "PACK") is not None
+    assert fits([{"GPU": 2}] * 6, NODES, "PACK") is None
+    assert fits([{"GPU": 2}, {"GPU": 2}], NODES, "STRICT_PACK") == [0, 0]
+    assert fits([{"GPU": 4}, {"GPU": 2}], NODES, "STRICT_PACK") is None
+
+
+def test_backtracking_finds_the_only_assignment() -> None:
+    # Largest first: GPU-4 takes the 4-GPU node and GPU-3 the other.
+    nodes = [{"GPU": 4.0}, {"GPU": 3.0}]
+    assert _probe().fits([{"GPU": 3}, {"GPU": 4}], nodes, "SPREAD") == [1, 0]
