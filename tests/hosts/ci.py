@@ -119,6 +119,7 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
         ci.step("images (build or reuse)", images.host_image)
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
         ci.step("Docker Engine up", engine.up)
+        ci.step("Ray image on the engine (build or reuse)", engine.ray_image)
         ci.step(f"{count} hosts up", lambda: nodes.up(count))
         for project, scenario in molecule_scenarios():
             # Every scenario starts from fresh hosts (about 5 s): no scenario sees another's leftovers.

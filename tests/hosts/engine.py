@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from tests.hosts import netstate
-from tests.hosts.common import HOME, HarnessError, run, say, wait_until
-from tests.hosts.images import rootfs_key, rootfs_tarball
+from tests.hosts.common import HOME, HarnessError, digest, run, say, wait_until
+from tests.hosts.images import rootfs_key, rootfs_tarball, wheel_folder, wheels_key
 
 DOCKER_DIR = HOME / "docker"
 SOCKET = DOCKER_DIR / "docker.sock"
@@ -28,6 +28,8 @@ PIDFILE = DOCKER_DIR / "docker.pid"
 LOG = DOCKER_DIR / "dockerd.log"
 DOCKER_HOST = f"unix://{SOCKET}"
 BASE_IMAGE = "vllm-fleet-base"
+RAY_IMAGE = "vllm-fleet-ray"
+RAY_VERSION = "2.60.0"
 
 
 def _env() -> dict[str, str]:
@@ -72,6 +74,44 @@ def up() -> str:
         say(f"importing {image} into the Docker Engine")
         docker("import", "--change", 'CMD ["/bin/bash"]', str(rootfs_tarball()), image, timeout=600)
     return image
+
+
+def ray_image_name() -> str:
+    return f"{RAY_IMAGE}:{digest([rootfs_key(), wheels_key(), RAY_VERSION])}"
+
+
+def ray_image() -> str:
+    """A stand-in serving image with Ray (the real one comes from the image role), built once.
+
+    The base rootfs plus python3-venv and ray[default] from the hosts' wheel folder
+    in /opt/ray, first on PATH: ``ray`` and ``python3`` are Ray's, as in vLLM's images.
+    """
+    name = ray_image_name()
+    if run(["docker", "image", "inspect", name], env=_env(), check=False).returncode == 0:
+        return name
+    base = up()
+    builder = f"vf-build-{name.split(':')[1]}"
+    docker("rm", "--force", builder, check=False)
+    say(f"building {name} on the Docker Engine")
+    start = time.monotonic()
+    script = (
+        "set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+        "python3-venv >/dev/null; python3 -m venv /opt/ray; /opt/ray/bin/pip install --quiet --no-index "
+        f"--find-links /opt/wheels 'ray[default]=={RAY_VERSION}'; apt-get clean; rm -rf /root/.cache"
+    )
+    try:
+        docker(
+            "run", "--name", builder, "--network", "host", "--volume", f"{wheel_folder()}:/opt/wheels:ro",
+            base, "bash", "-c", script, timeout=900,
+        )  # fmt: skip
+        docker(
+            "commit", "--change", "ENV PATH=/opt/ray/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--change", 'CMD ["ray", "--help"]', builder, name,
+        )  # fmt: skip
+    finally:
+        docker("rm", "--force", builder, check=False)
+    say(f"{name} built in {time.monotonic() - start:.0f} s")
+    return name
 
 
 def _start() -> None:

@@ -211,5 +211,7 @@ def environment() -> dict[str, str]:
     return {
         **podman_env(),
         "VLLM_FLEET_TEST_INVENTORY": str(INVENTORY),
+        "VLLM_FLEET_TEST_GATEWAY": GATEWAY,
+        "VLLM_FLEET_TEST_RAY_IMAGE": engine.ray_image_name(),
         "DOCKER_HOST": engine.DOCKER_HOST,
     }
