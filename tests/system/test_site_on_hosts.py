@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT, run_site
+from tests.conftest import PLAYBOOK, ROOT, run_site
 from tests.hosts.common import SSH_OPTIONS
+from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
 
 TINY_MODEL = ROOT / "inventories/local/files/tiny-llama"
 
 
-def _inventory(path: Path, hosts: Hosts, **node_overrides: dict[str, object]) -> Path:
+def _inventory(
+    path: Path, hosts: Hosts, extra: dict[str, object] | None = None, **node_overrides: dict[str, object]
+) -> Path:
     nodes = {}
     for node in hosts.nodes:
         nodes[node.name] = {
@@ -37,6 +41,14 @@ def _inventory(path: Path, hosts: Hosts, **node_overrides: dict[str, object]) ->
                 "vllm_fleet_model": str(TINY_MODEL),
                 "vllm_fleet_max_model_len": 2048,
                 "vllm_fleet_connect_timeout": 5,
+                # Ray on the test hosts: from the venv under systemd, within these machines' limits.
+                "ray_cluster_runtime": "systemd",
+                "ray_cluster_memlock": 8388608,
+                "ray_cluster_nofile": 20000,
+                "ray_cluster_num_cpus": 1,
+                "ray_cluster_object_store_memory": 100_000_000,
+                "ray_cluster_auth_token_file": str(path.parent / "ray.token"),
+                **(extra or {}),
             },
         }
     }
@@ -46,6 +58,14 @@ def _inventory(path: Path, hosts: Hosts, **node_overrides: dict[str, object]) ->
 
 def _site(inventory: Path, artifacts: Path) -> subprocess.CompletedProcess[str]:
     return run_site(inventory, artifacts)
+
+
+def _playbook(playbook: str, inventory: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [str(PLAYBOOK), playbook, "-i", str(inventory)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
 
 
 def _recap(stdout: str) -> dict[str, dict[str, int]]:
@@ -84,3 +104,30 @@ def test_a_node_that_does_not_answer_stops_the_run_by_name(test_hosts: Hosts, tm
     assert f"{last.name} ({last.address}) does not answer" in result.stdout
     assert "No host has been changed" in result.stdout
     assert "Share the plan with every node" not in result.stdout, "later plays ran after a node failed"
+
+
+def test_site_brings_up_ray_for_a_pipeline_across_the_hosts(test_hosts: Hosts, tmp_path: Path) -> None:
+    """PP=3 x TP=2 over three hosts (4 + 4 + 2 logical GPUs): the cluster phase starts Ray, head first,
+    waits for every node and GPU and probes the plan's STRICT_SPREAD placement; teardown removes it."""
+    gpus = {test_hosts.nodes[-1].name: {"vllm_fleet_gpu_count": 2}}
+    extra = {"vllm_fleet_tensor_parallel_size": 2, "vllm_fleet_pipeline_parallel_size": 3}
+    inventory = _inventory(tmp_path / "hosts.yml", test_hosts, extra, **gpus)
+    result = _site(inventory, tmp_path / "artifacts")
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    plan = json.loads((tmp_path / "artifacts/plan.json").read_text())
+    (inst,) = plan["instances"]
+    assert inst["pipeline_parallel_size"] == 3 and "--distributed-executor-backend" in inst["vllm_args"]
+    assert "Ray cluster vllm-fleet-ray: 3 nodes, 10.0 GPUs" in result.stdout
+    token = (tmp_path / "ray.token").read_text()
+    assert oct((tmp_path / "ray.token").stat().st_mode & 0o777) == "0o600"
+    assert token not in result.stdout + result.stderr, "the Ray token was logged"
+    again = _site(inventory, tmp_path / "artifacts")
+    assert again.returncode == 0 and all(c["changed"] == 0 for c in _recap(again.stdout).values()), again.stdout[-3000:]
+    down = _playbook("playbooks/teardown.yml", inventory)
+    assert down.returncode == 0, down.stdout[-3000:]
+    for node in test_hosts.nodes:
+        probe = subprocess.run(
+            ssh_argv(node.name, "systemctl is-active vllm-fleet-ray.service; test -e /etc/vllm-fleet/ray"),
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert probe.stdout.strip() == "inactive" and probe.returncode != 0, (node.name, probe.stdout)
