@@ -83,6 +83,8 @@ def _start(node: Node, nodes: list[Node], image: str, wheels: Path, config: str)
         "run", "--detach", "--name", node.container, "--hostname", node.name,
         "--label", f"{HOST_LABEL}={config}", "--network", NETWORK, "--ip", node.address,
         "--systemd=always", "--shm-size", HOST_SHM_SIZE, "--stop-timeout", "0",
+        # Root on a real host may change its firewall (ray_cluster_firewall); only this host's netns.
+        "--cap-add", "NET_ADMIN",
         *hosts,
         "--volume", f"{KEY}.pub:/root/.ssh/authorized_keys:ro",
         "--volume", f"{wheels}:/opt/wheels:ro",
@@ -151,7 +153,7 @@ def up(count: int = DEFAULT_NODES) -> list[Node]:
         podman("rm", "--force", "--time", "0", extra, check=False)
     start = time.monotonic()
     # A running host is kept only if it was started from exactly this definition.
-    config = digest([image, str(wheels), HOST_SHM_SIZE, *(f"{n.name}={n.address}" for n in nodes)])
+    config = digest([image, str(wheels), HOST_SHM_SIZE, "NET_ADMIN", *(f"{n.name}={n.address}" for n in nodes)])
     for node in nodes:
         found = _config_and_state(node.container)
         if found == (config, True):
