@@ -18,6 +18,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
 
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError
+from vllm_fleet.facts import host_facts
 from vllm_fleet.memory import Device, Settings, estimate
 from vllm_fleet.model_spec import load_model
 from vllm_fleet.strategy import Wishes, plan_cluster
@@ -141,6 +142,13 @@ def vllm_fleet_instances_on(plan: dict[str, Any], node: str) -> list[dict[str, A
     return [inst for inst in plan["instances"] if node in inst["nodes"]]
 
 
+def vllm_fleet_gpu_facts(raw: dict[str, Any]) -> dict[str, Any]:
+    """A host's GPUs, links, NICs and limits from the raw outputs the gpu_facts role gathered."""
+    if not isinstance(raw, dict):
+        raise AnsibleFilterError("vllm_fleet_gpu_facts expects a dict of raw command outputs")
+    return host_facts(raw)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -148,4 +156,5 @@ class FilterModule:
             "vllm_fleet_estimate": vllm_fleet_estimate,
             "vllm_fleet_plan_table": vllm_fleet_plan_table,
             "vllm_fleet_instances_on": vllm_fleet_instances_on,
+            "vllm_fleet_gpu_facts": vllm_fleet_gpu_facts,
         }

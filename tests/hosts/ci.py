@@ -90,6 +90,8 @@ def _call(argv: list[str], cwd: Path = REPO) -> None:
 
 
 def run_molecule(project: Path, scenario: str) -> None:
+    # Molecule keeps per-scenario state (e.g. "prepared") between runs; the hosts are fresh, so is the state.
+    _call([str(BIN / "molecule"), "reset", "--scenario-name", scenario], cwd=project)
     _call([str(BIN / "molecule"), "test", "--scenario-name", scenario], cwd=project)
 
 

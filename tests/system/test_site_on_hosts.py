@@ -131,3 +131,17 @@ def test_site_brings_up_ray_for_a_pipeline_across_the_hosts(test_hosts: Hosts, t
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert probe.stdout.strip() == "inactive" and probe.returncode != 0, (node.name, probe.stdout)
+
+
+def test_hosts_without_gpus_stop_the_plan_with_the_reason(test_hosts: Hosts, tmp_path: Path) -> None:
+    """Nothing states the GPUs: gpu_facts detects none on the test hosts (no nvidia-smi) and the plan says so."""
+    inventory = _inventory(tmp_path / "hosts.yml", test_hosts)
+    data = yaml.safe_load(inventory.read_text())
+    for host in data["all"]["children"]["vllm_nodes"]["hosts"].values():
+        del host["vllm_fleet_gpu"], host["vllm_fleet_gpu_count"]
+    inventory.write_text(yaml.safe_dump(data))
+    result = _site(inventory, tmp_path / "artifacts")
+    assert result.returncode != 0
+    assert "Host node1 reports no NVIDIA GPU (gpu_facts found 0)" in result.stdout, result.stdout[-3000:]
+    assert "no NVIDIA GPU (" in result.stdout  # gpu_facts' own line per host, with nvidia-smi's reason
+    assert not (tmp_path / "artifacts/plan.json").exists()

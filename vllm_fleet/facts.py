@@ -1,0 +1,212 @@
+"""Parse what a host says about its GPUs, NICs and limits into the planner's node facts.
+
+The gpu_facts role runs the commands on each host and hands their raw output
+here (through the ``vllm_fleet_gpu_facts`` filter); nothing in this module
+runs a command. A host without an NVIDIA GPU (no ``nvidia-smi``, or one that
+fails) reports zero GPUs and never fails.
+
+Inputs (all optional strings):
+
+* ``query_gpu``: ``nvidia-smi --query-gpu=index,name,memory.total,memory.free,
+  compute_cap,driver_version,pci.bus_id --format=csv,noheader,nounits``
+* ``nvidia_smi_q``: ``nvidia-smi -q`` (for "CUDA Version")
+* ``topo``: ``nvidia-smi topo -m``
+* ``net``: lines ``NAME SPEED OPERSTATE`` from /sys/class/net/*/{speed,operstate}
+* ``ib``: tab-separated ``DEVICE PORT RATE STATE`` from /sys/class/infiniband/*/ports/*/{rate,state}
+* ``route``: ``ip -4 -o route get HEAD``; ``addresses``: ``ip -4 -o addr show``
+* ``shm``: ``df --block-size=1 --output=size /dev/shm``
+* ``memlock``: ``ulimit -l`` (KiB or "unlimited")
+* ``secure_boot``: ``mokutil --sb-state`` output
+* ``runtimes``: names of container runtimes found (docker, podman, nvidia-ctk...)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from vllm_fleet.catalog import lookup_gpu
+
+GPU_QUERY_FIELDS = "index,name,memory.total,memory.free,compute_cap,driver_version,pci.bus_id"
+VIRTUAL_NIC = re.compile(r"^(lo|docker\d*|veth.*|br-.*|virbr.*|podman\d*|cni.*|flannel.*|cali.*|tun.*|tap.*)$")
+
+
+def parse_query_gpu(text: str) -> list[dict[str, Any]]:
+    """One dict per GPU from ``--query-gpu ... --format=csv,noheader,nounits``."""
+    gpus = []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 6 or not fields[0].isdigit():
+            continue
+        gpus.append(
+            {
+                "index": int(fields[0]),
+                "name": fields[1],
+                "memory_total_mib": _number(fields[2]),
+                "memory_free_mib": _number(fields[3]),
+                "compute_capability": fields[4] if fields[4] not in ("[N/A]", "N/A") else None,
+                "driver_version": fields[5],
+                "pci_bus_id": fields[6] if len(fields) > 6 else None,
+            }
+        )
+    return gpus
+
+
+def _number(field: str) -> float | None:
+    try:
+        return float(field)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+def parse_cuda_version(text: str) -> str | None:
+    """ "CUDA Version : 12.4" from ``nvidia-smi -q`` (or the banner's "CUDA Version: 12.4")."""
+    match = re.search(r"CUDA Version\s*:\s*([0-9.]+)", text)
+    return match.group(1) if match else None
+
+
+def parse_topo(text: str) -> dict[str, Any]:
+    """The GPU/NIC link matrix of ``nvidia-smi topo -m``.
+
+    Returns ``{"gpus": ["GPU0", ...], "nics": ["NIC0", ...], "links": {"GPU0-GPU1": "NV12", ...},
+    "nvlink_pairs": [[0, 1], ...], "all_nvlink": bool, "nic_names": {"NIC0": "mlx5_0"}}``.
+    """
+    lines = [line.rstrip() for line in text.splitlines()]
+    header_index = next((i for i, line in enumerate(lines) if re.match(r"^\s+GPU0\b", line)), None)
+    result: dict[str, Any] = {"gpus": [], "nics": [], "links": {}, "nvlink_pairs": [], "nic_names": {}}
+    if header_index is None:
+        result["all_nvlink"] = False
+        return result
+    columns = [c for c in re.split(r"\s+", lines[header_index].strip()) if c]
+    devices = [c for c in columns if re.match(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx\d+)$", c)]
+    for line in lines[header_index + 1 :]:
+        cells = [c for c in re.split(r"\s+", line.strip()) if c]
+        if not cells or cells[0] not in devices:
+            if cells and cells[0].startswith("NIC") and cells[0].endswith(":") and len(cells) > 1:
+                result["nic_names"][cells[0].rstrip(":")] = cells[1]
+            continue
+        row = cells[0]
+        for column, value in zip(devices, cells[1 : 1 + len(devices)], strict=False):
+            if column != row:
+                result["links"][f"{row}-{column}"] = value
+    gpus = [d for d in devices if d.startswith("GPU")]
+    result["gpus"] = gpus
+    result["nics"] = [d for d in devices if not d.startswith("GPU")]
+    pairs = []
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1 :]:
+            if result["links"].get(f"{a}-{b}", "").startswith("NV"):
+                pairs.append([int(a[3:]), int(b[3:])])
+    result["nvlink_pairs"] = pairs
+    total_pairs = len(gpus) * (len(gpus) - 1) // 2
+    result["all_nvlink"] = bool(gpus) and len(gpus) > 1 and len(pairs) == total_pairs
+    # The legend below the matrix names the NICs ("NIC0: mlx5_0").
+    for line in lines:
+        match = re.match(r"^\s*(NIC\d+):\s*(\S+)", line)
+        if match:
+            result["nic_names"][match.group(1)] = match.group(2)
+    return result
+
+
+def parse_net(text: str) -> list[dict[str, Any]]:
+    """Physical NICs with their speed from ``NAME SPEED OPERSTATE`` lines (virtual ones are left out)."""
+    nics = []
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or VIRTUAL_NIC.match(parts[0]):
+            continue
+        speed = int(parts[1]) if len(parts) > 1 and parts[1].lstrip("-").isdigit() else -1
+        state = parts[2] if len(parts) > 2 else "unknown"
+        nics.append({"name": parts[0], "speed_mbps": speed if speed > 0 else None, "state": state})
+    return nics
+
+
+def parse_ib(text: str) -> list[dict[str, Any]]:
+    """InfiniBand/RoCE ports from tab-separated ``DEVICE PORT RATE STATE`` lines, as the role reads
+    /sys/class/infiniband/*/ports/*/{rate,state}: rate "400 Gb/sec (4X NDR)", state "4: ACTIVE"."""
+    ports = []
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 4:
+            continue
+        rate = re.match(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec", parts[2])
+        ports.append(
+            {
+                "device": parts[0].strip(),
+                "port": int(parts[1]) if parts[1].strip().isdigit() else None,
+                "gbps": float(rate.group(1)) if rate else None,
+                "state": parts[3].split(":")[-1].strip(),
+            }
+        )
+    return ports
+
+
+def parse_route(text: str, addresses: str = "") -> dict[str, str | None]:
+    """Interface and source address of ``ip -4 -o route get HEAD``.
+
+    On the head itself the route is "local ... dev lo": the interface is then the one
+    that holds the address, from ``ip -4 -o addr show`` (``addresses``).
+    """
+    dev = re.search(r"\bdev (\S+)", text)
+    src = re.search(r"\bsrc (\S+)", text)
+    interface, address = (dev.group(1) if dev else None), (src.group(1) if src else None)
+    if interface == "lo" and address:
+        for line in addresses.splitlines():
+            match = re.match(r"^\d+:\s+(\S+)\s+inet\s+([0-9.]+)/", line)
+            if match and match.group(2) == address and match.group(1) != "lo":
+                interface = match.group(1)
+    return {"interface": interface, "address": address}
+
+
+def parse_memlock(text: str) -> int | None:
+    """``ulimit -l`` in bytes; -1 for unlimited."""
+    value = text.strip().splitlines()[-1].strip() if text.strip() else ""
+    if value == "unlimited":
+        return -1
+    return int(value) * 1024 if value.isdigit() else None
+
+
+def parse_secure_boot(text: str) -> bool | None:
+    lowered = text.lower()
+    if "secureboot enabled" in lowered:
+        return True
+    if "secureboot disabled" in lowered or "not supported" in lowered:
+        return False
+    return None
+
+
+def host_facts(raw: dict[str, Any]) -> dict[str, Any]:
+    """Everything the planner and the later roles need about one host."""
+    gpus = parse_query_gpu(str(raw.get("query_gpu") or ""))
+    topo = parse_topo(str(raw.get("topo") or ""))
+    nics = parse_net(str(raw.get("net") or ""))
+    ib = parse_ib(str(raw.get("ib") or ""))
+    shm_lines = str(raw.get("shm") or "").split()
+    shm = int(shm_lines[-1]) if shm_lines and shm_lines[-1].isdigit() else None
+    names = sorted({g["name"] for g in gpus})
+    gpu_type = lookup_gpu(names[0]) if len(names) == 1 else None
+    memory = min((g["memory_total_mib"] or 0.0) for g in gpus) / 1024 if gpus else None
+    up_speeds = [n["speed_mbps"] / 1000 for n in nics if n["speed_mbps"] and n["state"] == "up"]
+    ib_active = [p["gbps"] for p in ib if p["state"].upper() == "ACTIVE" and p["gbps"]]
+    facts: dict[str, Any] = {
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        # The catalog's name when it knows the product, otherwise what the driver says.
+        "gpu": (gpu_type.name if gpu_type else names[0]) if len(names) == 1 else ("mixed" if names else None),
+        "gpu_names": names,
+        "gpu_memory_gib": round(memory, 2) if memory is not None else None,
+        "driver_version": gpus[0]["driver_version"] if gpus else None,
+        "cuda_version": parse_cuda_version(str(raw.get("nvidia_smi_q") or "")),
+        "compute_capability": gpus[0]["compute_capability"] if gpus else None,
+        "nvlink": topo["all_nvlink"],
+        "nvlink_pairs": topo["nvlink_pairs"],
+        "nics": nics,
+        "infiniband": ib,
+        "nic_gbps": max(ib_active + up_speeds) if ib_active or up_speeds else None,
+        "route_to_head": parse_route(str(raw.get("route") or ""), str(raw.get("addresses") or "")),
+        "shm_bytes": shm,
+        "memlock_bytes": parse_memlock(str(raw.get("memlock") or "")),
+        "secure_boot": parse_secure_boot(str(raw.get("secure_boot") or "")),
+        "container_runtimes": sorted(set(raw.get("runtimes") or [])),
+    }
+    return facts
