@@ -1,0 +1,46 @@
+"""model_cache's on-node verification script (pure Python)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+from tests.conftest import ROOT, write_safetensors
+
+
+def _verify() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("verify_model", ROOT / "roles/model_cache/files/verify_model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _model(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    write_safetensors(folder / "model-00001-of-00002.safetensors", {"a": ("BF16", [8, 8])})
+    write_safetensors(folder / "model-00002-of-00002.safetensors", {"b": ("F32", [4, 4])})
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    )
+    return folder
+
+
+def test_a_whole_model_passes(tmp_path: Path) -> None:
+    result = _verify().check(_model(tmp_path / "m"))
+    assert result["problems"] == [] and result["files"] == 4
+
+
+def test_truncated_missing_and_broken_files_are_named(tmp_path: Path) -> None:
+    folder = _model(tmp_path / "m")
+    shard = folder / "model-00001-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    (folder / "model-00002-of-00002.safetensors").unlink()
+    (folder / "config.json").write_text("{not json")
+    problems = _verify().check(folder)["problems"]
+    assert any(p.startswith("model-00001-of-00002.safetensors:") and "truncated" in p for p in problems)
+    assert "model-00002-of-00002.safetensors: listed in the index but missing" in problems
+    assert any(p.startswith("config.json:") for p in problems)
