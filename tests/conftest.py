@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,20 +21,36 @@ FIXTURES = ROOT / "tests" / "unit" / "fixtures"
 PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or shutil.which("ansible-playbook")
 
 
-def run_site(inventory: Path, artifacts: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """ansible-playbook site.yml with the repository's ansible.cfg, artifacts written to ``artifacts``."""
+def run_playbook(
+    playbook: str | Path, inventory: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook from the repository root with its ansible.cfg, output captured."""
     if PLAYBOOK is None:
         raise RuntimeError("ansible-playbook is not installed: make setup")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    full_env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **(env or {}))
     return subprocess.run(
-        [PLAYBOOK, "site.yml", "-i", str(inventory), "-e", f"vllm_fleet_artifacts_dir={artifacts}", *extra],
+        [PLAYBOOK, str(playbook), "-i", str(inventory), *extra],
         cwd=ROOT,
-        env=env,
+        env=full_env,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
+
+
+def run_site(inventory: Path, artifacts: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """site.yml with its artifacts written to ``artifacts``."""
+    return run_playbook("site.yml", inventory, "-e", f"vllm_fleet_artifacts_dir={artifacts}", *extra, timeout=timeout)
+
+
+def load_script(path: Path) -> ModuleType:
+    """Import a standalone script (a role's files/*.py) as a module, to test its functions."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:

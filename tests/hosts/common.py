@@ -18,7 +18,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -162,7 +161,3 @@ def ensure_machine_packages() -> None:
 def require_root() -> None:
     if os.geteuid() != 0:
         raise HarnessError("the test hosts need root (rootful Podman, dockerd, iptables); run as root")
-
-
-def python_exe() -> str:
-    return sys.executable

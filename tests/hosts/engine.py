@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from tests.hosts import netstate
 from tests.hosts.common import HOME, HarnessError, digest, run, say, wait_until
-from tests.hosts.images import rootfs_key, rootfs_tarball, wheel_folder, wheels_key
+from tests.hosts.images import WHEELS_FILE, rootfs_key, rootfs_tarball, wheel_folder, wheels_key
 
 DOCKER_DIR = HOME / "docker"
 SOCKET = DOCKER_DIR / "docker.sock"
@@ -29,7 +30,8 @@ LOG = DOCKER_DIR / "dockerd.log"
 DOCKER_HOST = f"unix://{SOCKET}"
 BASE_IMAGE = "vllm-fleet-base"
 RAY_IMAGE = "vllm-fleet-ray"
-RAY_VERSION = "2.60.0"
+# The Ray the hosts install (tests/hosts/wheels.txt is the one place it is pinned for tests).
+RAY_VERSION = re.search(r"^ray\[default\]==(\S+)$", WHEELS_FILE.read_text(), re.MULTILINE).group(1)  # type: ignore[union-attr]
 
 
 def _env() -> dict[str, str]:

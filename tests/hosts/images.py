@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.hosts.common import CACHE, HARNESS, HOME, HarnessError, digest, run, say, tree_digest
+from tests.hosts.common import CACHE, HARNESS, HOME, digest, run, say, tree_digest
 
 SUITE = "bookworm"
 INCLUDE = "python3,ca-certificates"
@@ -218,8 +218,3 @@ def wheel_folder() -> Path:
     size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
     say(f"{len(list(folder.iterdir()))} wheels ({size:.0f} MiB) in {time.monotonic() - start:.0f} s")
     return folder
-
-
-def check_definition() -> None:
-    if not (HARNESS / "image" / "Containerfile").exists():
-        raise HarnessError("tests/hosts/image/Containerfile is missing")

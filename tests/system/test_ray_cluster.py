@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_playbook
 from tests.hosts import nodes
 from tests.hosts.common import SSH_OPTIONS
 from tests.hosts.engine import docker, ray_image_name
 from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
-
-PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 
 
 def test_a_ray_version_mismatch_names_the_node_and_starts_nothing(
@@ -36,11 +32,7 @@ def test_a_ray_version_mismatch_names_the_node_and_starts_nothing(
         f"    ray_cluster_config_dir: {tmp_path}/ray\n"
         f"    ray_cluster_auth_token_file: {tmp_path}/token\n"
     )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    result = subprocess.run(
-        [PLAYBOOK, "-i", str(nodes.INVENTORY), str(play)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    result = run_playbook(play, nodes.INVENTORY, timeout=300)
     assert result.returncode != 0
     assert "Ray versions differ, nothing was started: localhost has 2.60.0" in result.stdout, result.stdout[-3000:]
     assert docker("ps", "--all", "--quiet", "--filter", "name=vf-version-check").strip() == ""
@@ -68,13 +60,7 @@ def _systemd_cluster(path: Path, hosts: Hosts, env_by_node: dict[str, dict[str, 
 
 def _converge(inventory: Path, token: Path) -> dict[str, int]:
     """Run the bench play (systemd runtime, 4 logical GPUs each); return changed= per host."""
-    env = dict(
-        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", VLLM_FLEET_BENCH_TOKEN=str(token)
-    )
-    result = subprocess.run(
-        [PLAYBOOK, "-i", str(inventory), str(ROOT / "tests/bench/ray_join.yml")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+    result = run_playbook(ROOT / "tests/bench/ray_join.yml", inventory, env={"VLLM_FLEET_BENCH_TOKEN": str(token)})
     assert result.returncode == 0, result.stdout[-4000:]
     return {h: int(c) for h, c in re.findall(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", result.stdout, re.MULTILINE)}
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import yaml
 
-from tests.conftest import PLAYBOOK, ROOT, run_site
+from tests.conftest import ROOT, run_playbook, run_site
 from tests.hosts.common import SSH_OPTIONS
 from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
@@ -58,14 +57,6 @@ def _inventory(
 
 def _site(inventory: Path, artifacts: Path) -> subprocess.CompletedProcess[str]:
     return run_site(inventory, artifacts)
-
-
-def _playbook(playbook: str, inventory: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [str(PLAYBOOK), playbook, "-i", str(inventory)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
 
 
 def _recap(stdout: str) -> dict[str, dict[str, int]]:
@@ -123,7 +114,7 @@ def test_site_brings_up_ray_for_a_pipeline_across_the_hosts(test_hosts: Hosts, t
     assert token not in result.stdout + result.stderr, "the Ray token was logged"
     again = _site(inventory, tmp_path / "artifacts")
     assert again.returncode == 0 and all(c["changed"] == 0 for c in _recap(again.stdout).values()), again.stdout[-3000:]
-    down = _playbook("playbooks/teardown.yml", inventory)
+    down = run_playbook("playbooks/teardown.yml", inventory)
     assert down.returncode == 0, down.stdout[-3000:]
     for node in test_hosts.nodes:
         probe = subprocess.run(

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from types import ModuleType
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_script
 
 
 def _probe() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ray_probe", ROOT / "roles/ray_cluster/files/ray_probe.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "roles/ray_cluster/files/ray_probe.py")
 
 
 NODES = [{"GPU": 4.0, "CPU": 1.0}, {"GPU": 4.0, "CPU": 1.0}, {"GPU": 2.0, "CPU": 1.0}]

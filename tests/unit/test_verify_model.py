@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
-from tests.conftest import ROOT, write_safetensors
+from tests.conftest import ROOT, load_script, write_safetensors
 
 
 def _verify() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("verify_model", ROOT / "roles/model_cache/files/verify_model.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "roles/model_cache/files/verify_model.py")
 
 
 def _model(folder: Path) -> Path:
