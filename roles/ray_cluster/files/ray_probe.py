@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -145,12 +146,22 @@ def main() -> int:
     p_pg.add_argument("--strategy", default="PACK", choices=["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"])
     p_pg.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args()
-    if args.command == "status":
-        print(json.dumps(status(args.address)))
-        return 0
-    result = placement(args.address, json.loads(args.bundles), args.strategy, args.timeout)
-    print(json.dumps(result))
-    return 0 if result["state"] == "CREATED" else 3
+    # Ray (Python and C++) may print to stdout while nodes come and go; keep stdout for the
+    # one JSON line the role parses by pointing fd 1 at stderr until the answer is ready.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        if args.command == "status":
+            result = status(args.address)
+        else:
+            result = placement(args.address, json.loads(args.bundles), args.strategy, args.timeout)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    print(json.dumps(result), flush=True)
+    return 0 if args.command == "status" or result["state"] == "CREATED" else 3
 
 
 if __name__ == "__main__":
