@@ -31,11 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     p_ci.add_argument("--hosts-only", action="store_true", help="skip lint and the unit/integration tests")
     p_ci.add_argument("--keep", action="store_true", help="leave hosts and engine running afterwards")
     p_ci.add_argument("--nodes", type=int, default=DEFAULT_NODES)
+    p_ci.add_argument(
+        "--only", action="append", default=[], metavar="TEXT",
+        help="run only the test stages whose name contains TEXT (repeatable), e.g. --only ray_cluster --only system",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     try:
         if args.command == "ci":
-            return ci.main(with_checks=not args.hosts_only, keep=args.keep, count=args.nodes)
+            return ci.main(with_checks=not args.hosts_only, keep=args.keep, count=args.nodes, only=args.only)
         if args.command == "env":
             for key, value in nodes.environment().items():
                 print(f"export {key}={shlex.quote(value)}")

@@ -36,6 +36,7 @@ class Run:
     stages: list[Stage] = field(default_factory=list)
 
     failures: list[str] = field(default_factory=list)
+    excerpts: dict[str, str] = field(default_factory=dict)
 
     def step(self, name: str, action: Callable[[], object], *, fatal: bool = True) -> None:
         """Run one stage and time it. A test stage that fails is recorded and the run goes on
@@ -50,6 +51,7 @@ class Run:
                 raise
             say(f"FAILED: {name}: {exc}")
             self.failures.append(name)
+            self.excerpts[name] = getattr(exc, "excerpt", "") or str(exc)
             return
         except BaseException:
             self.stages.append(Stage(name, time.monotonic() - start, "FAILED"))
@@ -83,10 +85,43 @@ def test_env() -> dict[str, str]:
     )
 
 
+# Lines that say why a test command failed: Ansible's task failures, pytest's, Molecule's.
+FAILURE_MARKS = ("fatal: [", "failed: [", "FAILED! =>", "ERROR!", "[ERROR]", "AssertionError", "E   ", "FAILED tests/")
+EXCERPT_LINES = 60
+
+
+def failure_excerpt(lines: list[str], *, before: int = 2, after: int = 14, limit: int = EXCERPT_LINES) -> str:
+    """The lines around each failure mark, so the end of a long CI log says why a stage failed
+    (CI shows only the tail). Empty when nothing matched."""
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        if any(mark in line for mark in FAILURE_MARKS):
+            keep.update(range(max(0, i - before), min(len(lines), i + after + 1)))
+    picked = [lines[i] for i in sorted(keep)]
+    if len(picked) > limit:
+        picked = [*picked[: limit // 2], "[...]", *picked[-limit // 2 :]]
+    return "\n".join(picked)
+
+
+class CommandFailed(HarnessError):
+    def __init__(self, message: str, excerpt: str) -> None:
+        super().__init__(message)
+        self.excerpt = excerpt
+
+
 def _call(argv: list[str], cwd: Path = REPO) -> None:
-    result = subprocess.run(argv, cwd=cwd, env=test_env(), check=False)
-    if result.returncode != 0:
-        raise HarnessError(f"exit {result.returncode}: {' '.join(argv)}")
+    """Run a test command with its output shown as it comes and kept, to quote its failure at the end."""
+    with subprocess.Popen(
+        argv, cwd=cwd, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            lines.append(line.rstrip("\n"))
+        sys.stdout.flush()
+    if proc.returncode != 0:
+        raise CommandFailed(f"exit {proc.returncode}: {' '.join(argv)}", failure_excerpt(lines))
 
 
 def run_molecule(project: Path, scenario: str) -> None:
@@ -108,7 +143,7 @@ def _pytest(*args: str) -> None:
     _call([str(BIN / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", *args])
 
 
-def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
+def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: list[str] | None = None) -> int:
     ci = Run()
     failed = False
     try:
@@ -126,8 +161,11 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
         for project, scenario in molecule_scenarios():
             # Every scenario starts from fresh hosts (about 5 s): no scenario sees another's leftovers.
             name = f"molecule {project.relative_to(REPO)}:{scenario}"
+            if not _selected(name, only):
+                continue
             ci.step(name, functools.partial(_scenario, project, scenario, count), fatal=False)
-        ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count), fatal=False)
+        if _selected("system tests", only):
+            ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count), fatal=False)
     except (HarnessError, KeyboardInterrupt) as exc:
         failed = True
         say(f"FAILED: {exc}")
@@ -141,18 +179,30 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES) -> int:
                 failed = True
                 say(f"teardown FAILED: {exc}")
         print("\n" + ci.table(), flush=True)
+    for name in ci.failures:
+        print(f"\n--- why {name} failed (its output, trimmed) ---\n{ci.excerpts.get(name, '')}", flush=True)
     if ci.failures:
-        print(f"failed stages: {', '.join(ci.failures)}", flush=True)
+        print(f"\nfailed stages: {', '.join(ci.failures)}", flush=True)
     return 1 if failed or ci.failures else 0
 
 
-def _system_tests(count: int) -> None:
+def _selected(name: str, only: list[str] | None) -> bool:
+    return not only or any(text in name for text in only)
+
+
+def _fresh(count: int) -> None:
+    """Fresh hosts and an empty engine: no stage sees another's leftovers."""
+    engine.clear()
     nodes.reset(count)
+
+
+def _system_tests(count: int) -> None:
+    _fresh(count)
     _pytest("tests/system")
 
 
 def _scenario(project: Path, scenario: str, count: int) -> None:
-    nodes.reset(count)
+    _fresh(count)
     run_molecule(project, scenario)
 
 

@@ -88,3 +88,28 @@ def test_ci_records_failed_test_stages_and_goes_on() -> None:
 def test_the_self_test_scenario_is_found_first() -> None:
     scenarios = ci.molecule_scenarios()
     assert scenarios[0][1] == "selftest" and (scenarios[0][0] / "molecule/selftest/verify.yml").exists()
+
+
+def test_a_failed_stage_keeps_the_lines_that_say_why() -> None:
+    noise = [f"ok: [node{i % 3}] task {i}" for i in range(200)]
+    lines = [
+        *noise[:100],
+        "TASK [Wait for node3 to rejoin] ***",
+        '  │ fatal: [node3]: FAILED! => {"attempts": 30, "changed": false}',
+        "  │ PLAY RECAP ***",
+        *noise[100:],
+    ]
+    excerpt = ci.failure_excerpt(lines)
+    assert "TASK [Wait for node3 to rejoin]" in excerpt and "fatal: [node3]" in excerpt
+    assert "task 50" not in excerpt and len(excerpt.splitlines()) <= ci.EXCERPT_LINES + 1
+    assert ci.failure_excerpt(noise) == ""
+
+
+def test_the_stage_failure_quotes_the_command_output() -> None:
+    run = ci.Run()
+
+    def failing() -> None:
+        ci._call(["sh", "-c", "echo 'fatal: [node1]: FAILED! => boom'; exit 2"])
+
+    run.step("a scenario", failing, fatal=False)
+    assert run.failures == ["a scenario"] and "boom" in run.excerpts["a scenario"]

@@ -146,21 +146,18 @@ def main() -> int:
     p_pg.add_argument("--strategy", default="PACK", choices=["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"])
     p_pg.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args()
-    # Ray (Python and C++) may print to stdout while nodes come and go; keep stdout for the
-    # one JSON line the role parses by pointing fd 1 at stderr until the answer is ready.
+    # Ray (Python and C++) prints to stdout while nodes come and go, and again from its exit
+    # handlers. Keep stdout for the one JSON line the role parses: fd 1 points at stderr for the
+    # rest of the process, and the answer goes to the saved original.
     sys.stdout.flush()
-    saved = os.dup(1)
+    answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    try:
-        if args.command == "status":
-            result = status(args.address)
-        else:
-            result = placement(args.address, json.loads(args.bundles), args.strategy, args.timeout)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-    print(json.dumps(result), flush=True)
+    if args.command == "status":
+        result = status(args.address)
+    else:
+        result = placement(args.address, json.loads(args.bundles), args.strategy, args.timeout)
+    answer.write(json.dumps(result) + "\n")
+    answer.close()
     return 0 if args.command == "status" or result["state"] == "CREATED" else 3
 
 
