@@ -142,6 +142,8 @@ MACHINE_PACKAGES = {
     "iptables": "iptables",
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
+    "gpg": "gnupg",  # signs the test apt repository (nvidia_container_toolkit scenario)
+    "dpkg-deb": "dpkg",
 }
 
 
