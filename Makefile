@@ -18,7 +18,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan test test-unit check test-hosts lint up down ssh bench clean
+.PHONY: setup run plan doctor test test-unit check test-hosts lint up down ssh bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ run: $(STAMP)
 
 plan: $(STAMP)
 	$(BIN)/ansible-playbook site.yml -i $(INVENTORY) --tags plan
+
+doctor: $(STAMP)
+	$(BIN)/vllm-fleet doctor -i $(INVENTORY)
 
 lint: $(STAMP)
 	$(BIN)/ruff check vllm_fleet tests plugins roles

@@ -1,7 +1,7 @@
-"""``vllm-fleet``: estimate one instance's memory, or plan a cluster.
+"""``vllm-fleet``: estimate one instance's memory, plan a cluster, or check its nodes (doctor).
 
 Exit codes: 0 success, 2 bad input or nothing fits (one line on stderr
-naming the field and the fix).
+naming the field and the fix); doctor: 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -107,6 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the built-in GPU catalog")
+
+    doc = sub.add_parser(
+        "doctor",
+        help="check the nodes for the known failure modes before serving (exit 0 pass, 1 fail, 2 usage)",
+        description="Gathers a bundle from every node with playbooks/doctor.yml (-i) or reads a saved one (--bundle), "
+        "then prints one line per check.",
+    )
+    source = doc.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "-i", "--inventory", help="inventory to gather from (runs ansible-playbook playbooks/doctor.yml)"
+    )
+    source.add_argument("--bundle", type=Path, help="a bundle saved by playbooks/doctor.yml")
+    doc.add_argument("--json", action="store_true", help="the checks as JSON")
     return parser
 
 
@@ -195,6 +208,55 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_doctor(args: argparse.Namespace) -> int:
+    import os
+    import subprocess
+    import tempfile
+
+    from vllm_fleet.doctor import BundleError, evaluate, exit_code, render, to_json
+
+    if args.inventory:
+        playbook = Path(__file__).resolve().parents[1] / "playbooks" / "doctor.yml"
+        if not playbook.exists():
+            raise PlanError(
+                "--inventory", f"{playbook} is not here", "run from a vllm-fleet checkout, or pass --bundle"
+            )
+        with tempfile.TemporaryDirectory(prefix="vllm-fleet-doctor-") as tmp:
+            bundle_path = Path(tmp) / "bundle.json"
+            beside = Path(sys.executable).parent / "ansible-playbook"  # the same virtual environment
+            argv = [
+                str(beside) if beside.exists() else "ansible-playbook",
+                str(playbook),
+                "-i",
+                args.inventory,
+                "-e",
+                f"vllm_fleet_doctor_bundle={bundle_path}",
+            ]
+            # The playbook's own output goes to stderr: stdout is the doctor's lines (or JSON).
+            done = subprocess.run(argv, stdout=sys.stderr, check=False, env=dict(os.environ))
+            # A failing check also fails the playbook; only a missing bundle means gathering failed.
+            if not bundle_path.exists():
+                raise PlanError(
+                    "--inventory",
+                    f"gathering failed (ansible-playbook exit {done.returncode})",
+                    "see its output above; unreachable nodes are named there",
+                )
+            text = bundle_path.read_text()
+    else:
+        try:
+            text = args.bundle.read_text()
+        except OSError as exc:
+            raise PlanError(
+                "--bundle", f"cannot read {args.bundle}: {exc.strerror}", "pass a file doctor.yml wrote"
+            ) from exc
+    try:
+        checks = evaluate(json.loads(text))
+    except (json.JSONDecodeError, BundleError) as exc:
+        raise PlanError("--bundle", str(exc), "write it with playbooks/doctor.yml") from exc
+    print(to_json(checks) if args.json else render(checks))
+    return exit_code(checks)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -203,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_estimate(args)
         if args.command == "plan":
             return run_plan(args)
+        if args.command == "doctor":
+            return run_doctor(args)
         if args.command == "models":
             for name in MODELS:
                 print(name)

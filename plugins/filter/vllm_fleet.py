@@ -16,6 +16,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from vllm_fleet import doctor
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError
 from vllm_fleet.facts import host_facts
@@ -149,6 +150,19 @@ def vllm_fleet_gpu_facts(raw: dict[str, Any]) -> dict[str, Any]:
     return host_facts(raw)
 
 
+def vllm_fleet_doctor(bundle: dict[str, Any]) -> dict[str, Any]:
+    """The doctor's verdict on a bundle: {"ok", "checks": [{name, status, detail, fix}], "lines"}."""
+    try:
+        checks = doctor.evaluate(bundle)
+    except doctor.BundleError as err:
+        raise AnsibleFilterError(f"vllm_fleet_doctor: {err}") from err
+    return {
+        "ok": doctor.exit_code(checks) == 0,
+        "checks": [vars(c) for c in checks],
+        "lines": doctor.render(checks).splitlines(),
+    }
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -157,4 +171,5 @@ class FilterModule:
             "vllm_fleet_plan_table": vllm_fleet_plan_table,
             "vllm_fleet_instances_on": vllm_fleet_instances_on,
             "vllm_fleet_gpu_facts": vllm_fleet_gpu_facts,
+            "vllm_fleet_doctor": vllm_fleet_doctor,
         }
