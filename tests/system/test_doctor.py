@@ -57,6 +57,8 @@ def test_doctor_passes_a_healthy_cluster_then_names_each_planted_fault(
     first, second, third = (node.name for node in test_hosts.nodes)
     shard = f"{MODEL_DIR}/model-00002-of-00002.safetensors"
     _ssh(second, f"truncate --size=-64 {shard}")
+    install = "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null"
+    _ssh(third, f"command -v iptables >/dev/null || ({install})")  # fresh hosts have no firewall tool
     _ssh(third, f"iptables -I INPUT -p tcp --dport {PORT} -j DROP")
     try:
         # The first node says its traffic leaves by eth1; its route to the head says eth0.

@@ -31,7 +31,7 @@ NVIDIA_CTK = textwrap.dedent(
     from pathlib import Path
 
     parser = argparse.ArgumentParser(prog="nvidia-ctk")
-    parser.add_argument("--version", action="version", version="NVIDIA Container Toolkit CLI version @VERSION@ (test stand-in)")
+    parser.add_argument("--version", action="version", version="nvidia-ctk @VERSION@ (test stand-in)")
     sub = parser.add_subparsers(dest="group", required=True)
     runtime = sub.add_parser("runtime").add_subparsers(dest="action", required=True)
     configure = runtime.add_parser("configure")
@@ -71,17 +71,16 @@ def package(out: Path, name: str, version: str, depends: list[str], files: dict[
             target.write_text(content)
             target.chmod(mode)
         deb = out / f"{name}_{version}_{ARCH}.deb"
-        subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+        build = ["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)]
+        subprocess.run(build, check=True, capture_output=True)
         return deb
 
 
 def packages_entry(deb: Path, repo: Path) -> str:
     fields = subprocess.run(["dpkg-deb", "--field", str(deb)], check=True, capture_output=True, text=True).stdout
     data = deb.read_bytes()
-    return (
-        fields.rstrip("\n")
-        + f"\nFilename: ./{deb.relative_to(repo / ARCH)}\nSize: {len(data)}\nSHA256: {hashlib.sha256(data).hexdigest()}\n"
-    )
+    where = f"Filename: ./{deb.relative_to(repo / ARCH)}\nSize: {len(data)}"
+    return fields.rstrip("\n") + f"\n{where}\nSHA256: {hashlib.sha256(data).hexdigest()}\n"
 
 
 def main(out: Path) -> None:
@@ -94,7 +93,8 @@ def main(out: Path) -> None:
         debs.append(package(debs_dir, "libnvidia-container1", version, [], {}))
         debs.append(package(debs_dir, "libnvidia-container-tools", version, [f"libnvidia-container1 {same}"], {}))
         ctk = NVIDIA_CTK.replace("@VERSION@", version.split("-")[0])
-        debs.append(package(debs_dir, "nvidia-container-toolkit-base", version, [], {"/usr/bin/nvidia-ctk": (ctk, 0o755)}))
+        ctk_file = {"/usr/bin/nvidia-ctk": (ctk, 0o755)}
+        debs.append(package(debs_dir, "nvidia-container-toolkit-base", version, [], ctk_file))
         debs.append(
             package(
                 debs_dir,
@@ -107,7 +107,8 @@ def main(out: Path) -> None:
     packages = "\n".join(packages_entry(deb, repo) for deb in debs)
     (debs_dir / "Packages").write_text(packages)
     digest = hashlib.sha256(packages.encode()).hexdigest()
-    release = f"Origin: vllm-fleet tests\nLabel: container toolkit stand-ins\nSHA256:\n {digest} {len(packages.encode())} Packages\n"
+    release = "Origin: vllm-fleet tests\nLabel: container toolkit stand-ins\n"
+    release += f"SHA256:\n {digest} {len(packages.encode())} Packages\n"
     (debs_dir / "Release").write_text(release)
 
     home = out / "gnupg"
@@ -115,12 +116,12 @@ def main(out: Path) -> None:
     env = dict(os.environ, GNUPGHOME=str(home))
     gpg = ["gpg", "--batch", "--quiet", "--yes"]
     if not (out / "key.asc").exists():
-        subprocess.run([*gpg, "--passphrase", "", "--quick-generate-key", "vllm-fleet test repository", "ed25519", "sign", "1d"],
-                       check=True, env=env)  # fmt: skip
+        new_key = ["--passphrase", "", "--quick-generate-key", "vllm-fleet test repository", "ed25519", "sign", "1d"]
+        subprocess.run([*gpg, *new_key], check=True, env=env)
         key = subprocess.run([*gpg, "--armor", "--export"], check=True, env=env, capture_output=True, text=True).stdout
         (out / "key.asc").write_text(key)
-    subprocess.run([*gpg, "--clearsign", "--output", str(debs_dir / "InRelease"), str(debs_dir / "Release")],
-                   check=True, env=env)  # fmt: skip
+    sign = ["--clearsign", "--output", str(debs_dir / "InRelease"), str(debs_dir / "Release")]
+    subprocess.run([*gpg, *sign], check=True, env=env)
 
 
 if __name__ == "__main__":
