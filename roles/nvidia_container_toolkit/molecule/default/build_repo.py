@@ -121,7 +121,11 @@ def main(out: Path) -> None:
         key = subprocess.run([*gpg, "--armor", "--export"], check=True, env=env, capture_output=True, text=True).stdout
         (out / "key.asc").write_text(key)
     sign = ["--clearsign", "--output", str(debs_dir / "InRelease"), str(debs_dir / "Release")]
-    subprocess.run([*gpg, *sign], check=True, env=env)
+    try:
+        subprocess.run([*gpg, *sign], check=True, env=env)
+    finally:
+        # gpg started an agent for this key folder; leave no process behind.
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, env=env)
 
 
 if __name__ == "__main__":
