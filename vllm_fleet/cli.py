@@ -253,6 +253,11 @@ def run_doctor(args: argparse.Namespace) -> int:
         checks = evaluate(json.loads(text))
     except (json.JSONDecodeError, BundleError) as exc:
         raise PlanError("--bundle", str(exc), "write it with playbooks/doctor.yml") from exc
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        # A hand-edited or foreign bundle: name the field that broke, not a traceback.
+        raise PlanError(
+            "--bundle", f"malformed bundle ({type(exc).__name__}: {exc})", "write it with playbooks/doctor.yml"
+        ) from exc
     print(to_json(checks) if args.json else render(checks))
     return exit_code(checks)
 

@@ -209,7 +209,9 @@ def check_image(bundle: dict[str, Any]) -> Check:
 def check_model(bundle: dict[str, Any]) -> Check:
     path = bundle.get("model_path")
     if not path:
-        return Check("model files", SKIP, "the model is not a local path (downloaded at start)")
+        return Check(
+            "model files", SKIP, "no model path to check: set vllm_fleet_doctor_model_path (or model_cache_dir)"
+        )
     models = {n: node.get("model") for n, node in bundle["nodes"].items()}
     absent = [n for n, m in models.items() if not m or not m.get("files")]
     broken = {n: m["problems"] for n, m in models.items() if m and m.get("problems")}
@@ -291,6 +293,11 @@ def evaluate(bundle: dict[str, Any]) -> list[Check]:
         raise BundleError("the bundle has no 'nodes' mapping: write it with playbooks/doctor.yml")
     if bundle.get("head") not in bundle["nodes"]:
         raise BundleError(f"the bundle's 'head' ({bundle.get('head')}) is not one of its nodes")
+    odd = [name for name, node in bundle["nodes"].items() if not isinstance(node, dict)]
+    if odd:
+        raise BundleError(
+            f"nodes {', '.join(map(str, odd))} are not mappings: write the bundle with playbooks/doctor.yml"
+        )
     nodes = bundle["nodes"]
     return [
         check_driver(nodes),

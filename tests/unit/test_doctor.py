@@ -186,3 +186,21 @@ def test_the_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as usage:
         main(["doctor"])
     assert usage.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("bundle", "words"),
+    [
+        ({"head": "a", "nodes": {"a": "not a node"}}, "nodes a are not mappings"),
+        ({"head": "a", "nodes": {"a": {"facts": {"gpu_count": 8, "infiniband": "mlx5_0"}}}}, "malformed bundle"),
+        ({"head": "b", "nodes": {"a": {}}}, "'head' (b) is not one of its nodes"),
+    ],
+)
+def test_a_malformed_bundle_is_one_line_not_a_traceback(
+    bundle: dict[str, Any], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bundle.json"
+    path.write_text(json.dumps(bundle))
+    assert main(["doctor", "--bundle", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1 and "--bundle" in err
