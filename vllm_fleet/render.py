@@ -76,8 +76,8 @@ def instance_env(est: Estimate, partition_is_custom: bool, device_kind: str) -> 
     env: dict[str, str] = {}
     if est.pipeline_parallel_size > 1 and partition_is_custom:
         env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(n) for n in est.layer_partition)
-    if device_kind == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(min(r.kv_cache_gib for r in est.ranks) + 0.999)))
+    # Not VLLM_CPU_KVCACHE_SPACE on the CPU: vLLM's CPU platform lets that legacy
+    # variable (whole GiB) override the exact --kv-cache-memory-bytes.
     return env
 
 

@@ -633,6 +633,7 @@ def _instance_dict(
         "nodes": node_names,
         "head_node": head.name,
         "gpu": head.gpu,
+        "device": kind,
         "tensor_parallel_size": est.tensor_parallel_size,
         "pipeline_parallel_size": est.pipeline_parallel_size,
         "data_parallel_size": est.data_parallel_size,

@@ -16,7 +16,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import doctor
+from vllm_fleet import doctor, serve
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError
 from vllm_fleet.facts import host_facts
@@ -163,6 +163,41 @@ def vllm_fleet_doctor(bundle: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def vllm_fleet_launches(
+    instances: list[dict[str, Any]], node: str, options: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The ``vllm serve`` processes ``node`` runs for the plan's instances (argv, env, port, role)."""
+    try:
+        return serve.launches(instances, node, options)
+    except PlanError as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
+def vllm_fleet_kv_report(log: str) -> dict[str, Any]:
+    """The last "KV cache size: N tokens, Maximum concurrency ..." line of a vLLM log ({} if none)."""
+    return serve.kv_report(str(log)) or {}
+
+
+def vllm_fleet_kv_compare(predicted: int, reported: int | None) -> dict[str, Any]:
+    """Reported / predicted KV tokens with a verdict (match within 5 %, over, under, unknown)."""
+    return serve.compare(int(predicted), None if reported is None else int(reported))
+
+
+def vllm_fleet_verify_table(rows: list[dict[str, Any]]) -> str:
+    """The verify playbook's summary table."""
+    return serve.verify_table(rows)
+
+
+def vllm_fleet_verify_target(instance: dict[str, Any], model: str) -> dict[str, Any]:
+    """What verify probes for one planned instance (its endpoint, directly)."""
+    return serve.verify_target(instance, model)
+
+
+def vllm_fleet_verify_rows(probes: list[dict[str, Any]], reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The probe's results joined with vLLM's KV reports."""
+    return serve.verify_rows(probes, reports)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -172,4 +207,10 @@ class FilterModule:
             "vllm_fleet_instances_on": vllm_fleet_instances_on,
             "vllm_fleet_gpu_facts": vllm_fleet_gpu_facts,
             "vllm_fleet_doctor": vllm_fleet_doctor,
+            "vllm_fleet_launches": vllm_fleet_launches,
+            "vllm_fleet_kv_report": vllm_fleet_kv_report,
+            "vllm_fleet_kv_compare": vllm_fleet_kv_compare,
+            "vllm_fleet_verify_table": vllm_fleet_verify_table,
+            "vllm_fleet_verify_target": vllm_fleet_verify_target,
+            "vllm_fleet_verify_rows": vllm_fleet_verify_rows,
         }

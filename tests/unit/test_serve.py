@@ -1,0 +1,201 @@
+"""What the vllm_server role runs, rendered from real plans and checked exactly:
+the Ray backend's command line and environment cannot run on our CPU machines
+(vLLM refuses Ray on the CPU platform), so this is where it is pinned down."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES
+from vllm_fleet.cluster import cluster_from_data, load_cluster
+from vllm_fleet.errors import PlanError
+from vllm_fleet.model_spec import load_model
+from vllm_fleet.serve import cpu_binding, compare, kv_report, launches, verify_rows, verify_table
+from vllm_fleet.strategy import Wishes, plan_cluster
+
+
+def _plan(model: str, cluster: str, **wishes: Any) -> dict[str, Any]:
+    return plan_cluster(load_model(model), load_cluster(FIXTURES / cluster), Wishes(**wishes))
+
+
+def _cluster_2x8(address: bool = True) -> list[Any]:
+    nodes = []
+    for i in (1, 2):
+        node: dict[str, Any] = {"name": f"node{i}", "gpu": "A800", "gpu_count": 8, "nvlink": True}
+        if address:
+            node.update({"address": f"10.0.0.{i}", "interface": "eth1"})
+        nodes.append(node)
+    return cluster_from_data({"nodes": nodes})
+
+
+def test_ray_backend_head_command_line_and_environment_exactly() -> None:
+    plan = plan_cluster(load_model("meta-llama/Llama-3.1-405B"), _cluster_2x8(), Wishes(max_model_len=32768))
+    (inst,) = plan["instances"]
+    opts = {"ray_address": "10.0.0.1:6379", "model": "/srv/models/Llama-3.1-405B"}
+    (head,) = launches(plan["instances"], "node1", opts)
+    assert launches(plan["instances"], "node2", opts) == []  # a Ray worker: the head places ranks there
+    assert head["argv"] == [
+        "vllm", "serve", "/srv/models/Llama-3.1-405B",
+        "--host", "0.0.0.0", "--port", "8000",
+        "--served-model-name", "Llama-3.1-405B",
+        "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2",
+        "--max-model-len", "32768", "--max-num-seqs", inst["vllm_args"][inst["vllm_args"].index("--max-num-seqs") + 1],
+        "--gpu-memory-utilization", "0.9",
+        "--distributed-executor-backend", "ray",
+    ]  # fmt: skip
+    assert head["env"] == {
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+        "GLOO_SOCKET_IFNAME": "eth1",
+        "NCCL_SOCKET_IFNAME": "eth1",
+        "RAY_ADDRESS": "10.0.0.1:6379",
+        "VLLM_HOST_IP": "10.0.0.1",
+    }
+    assert (head["name"], head["role"], head["serves"], head["port"]) == ("vllm-Llama-3.1-405B-0", "head", True, 8000)
+    assert head["predicted_kv_tokens"] == inst["memory"]["kv_cache_tokens"]
+
+
+def test_ray_backend_exports_a_computed_layer_partition() -> None:
+    plan = _plan("deepseek-ai/DeepSeek-R1", "a800_l20.yml", max_model_len=32768)
+    (inst,) = plan["instances"]
+    (head,) = launches(plan["instances"], inst["head_node"])
+    assert head["env"]["VLLM_PP_LAYER_PARTITION"] == ",".join(map(str, inst["layer_partition"]))
+    assert head["argv"][-2:] == ["--distributed-executor-backend", "ray"]
+
+
+def test_native_backend_runs_every_node_with_its_rank() -> None:
+    plan = plan_cluster(load_model("meta-llama/Llama-3.1-405B"), _cluster_2x8(), Wishes(max_model_len=32768))
+    opts = {"multinode_backend": "native", "master_port": "29600"}
+    (head,) = launches(plan["instances"], "node1", opts)
+    (other,) = launches(plan["instances"], "node2", opts)
+    tail = ["--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1", "--master-port", "29600"]
+    assert head["argv"][-8:] == tail and "--distributed-executor-backend" not in head["argv"]
+    assert other["argv"][-9:] == [*tail[:3], "1", *tail[4:], "--headless"]
+    assert (other["serves"], other["role"], other["node_rank"]) == (False, "headless", 1)
+    assert other["env"]["VLLM_HOST_IP"] == "10.0.0.2"
+
+
+def test_native_backend_refuses_nodes_of_different_sizes() -> None:
+    plan = _plan("deepseek-ai/DeepSeek-R1", "a800_l20.yml", max_model_len=32768)
+    plan["instances"][0]["stages"][1]["gpu_count"] = 4  # as a mixed plan of 8 + 4 GPUs would have
+    with pytest.raises(PlanError, match="native needs the same GPU count"):
+        launches(plan["instances"], plan["instances"][0]["head_node"], {"multinode_backend": "native"})
+
+
+def test_dp_ep_across_nodes_head_and_headless() -> None:
+    plan = _plan("Qwen/Qwen3-235B-A22B", "2x8xa800.yml", max_model_len=8192, strategies=("dp_ep",))
+    (inst,) = plan["instances"]
+    nodes = inst["nodes"]
+    (head,) = launches(plan["instances"], nodes[0])
+    (other,) = launches(plan["instances"], nodes[1])
+    address = inst["endpoint"].rsplit(":", 1)[0]
+    for launch in (head, other):
+        argv = launch["argv"]
+        assert argv[argv.index("--data-parallel-size") + 1] == "16"
+        assert argv.count("--data-parallel-size-local") == 1 and argv[argv.index("--data-parallel-size-local") + 1] == "8"
+        assert argv[argv.index("--data-parallel-address") + 1] == address
+        assert "--enable-expert-parallel" in argv and "--distributed-executor-backend" not in argv
+    assert "--headless" not in head["argv"] and head["serves"]
+    assert other["argv"][-3:] == ["--headless", "--data-parallel-start-rank", "8"] and not other["serves"]
+
+
+def test_replicas_each_get_their_own_gpus_and_port() -> None:
+    plan = _plan("meta-llama/Llama-3.1-8B-Instruct", "2x8xa800.yml", max_model_len=8192)
+    node = plan["instances"][0]["head_node"]
+    mine = launches(plan["instances"], node)
+    assert len(mine) == 8
+    assert [m["env"]["CUDA_VISIBLE_DEVICES"] for m in mine] == [str(i) for i in range(8)]
+    assert len({m["port"] for m in mine}) == 8 and len({m["name"] for m in mine}) == 8
+    assert all(m["role"] == "single" and m["serves"] for m in mine)
+
+
+def test_cpu_instance_binds_cores_per_rank_and_targets_the_cpu() -> None:
+    cluster = cluster_from_data({"nodes": [{"name": "h", "gpu": "cpu", "gpu_count": 2, "gpu_memory_gib": 2}]})
+    plan = plan_cluster(
+        load_model(str(FIXTURES.parent.parent.parent / "inventories/local/files/tiny-llama")),
+        cluster,
+        Wishes(max_model_len=2048, tensor_parallel_size=2),
+    )
+    (launch,) = launches(plan["instances"], "h", {"cpu_cores": 4, "model": "/m"})
+    assert launch["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3"
+    assert launch["env"]["VLLM_TARGET_DEVICE"] == "cpu"
+    assert "CUDA_VISIBLE_DEVICES" not in launch["env"]
+    assert launch["argv"][:3] == ["vllm", "serve", "/m"]
+    assert "--kv-cache-memory-bytes" in launch["argv"] and "--gpu-memory-utilization" not in launch["argv"]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "cores", "expected"),
+    [(1, 2, "0-1"), (2, 2, "0|1"), (2, 4, "0-1|2-3"), (3, 8, "0-1|2-4|5-7"), (4, 2, "0|1|0|1"), (1, 1, "0")],
+)
+def test_cpu_binding(ranks: int, cores: int, expected: str) -> None:
+    assert cpu_binding(ranks, cores) == expected
+
+
+def test_serving_options_become_flags() -> None:
+    plan = _plan("meta-llama/Llama-3.1-8B-Instruct", "2x8xa800.yml", max_model_len=8192)
+    opts = {
+        "enable_prefix_caching": "true",
+        "enable_chunked_prefill": False,
+        "trust_remote_code": True,
+        "tool_call_parser": "llama3_json",
+        "reasoning_parser": None,
+        "extra_args": ["--seed", "7"],
+        "extra_env": {"VLLM_LOGGING_LEVEL": "DEBUG"},
+    }
+    launch = launches(plan["instances"], plan["instances"][0]["head_node"], opts)[0]
+    assert launch["argv"][-9:] == [
+        "--enable-prefix-caching", "--no-enable-chunked-prefill", "--trust-remote-code",
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--seed", "7",
+    ][-9:] or launch["argv"][-8:] == [
+        "--enable-prefix-caching", "--no-enable-chunked-prefill", "--trust-remote-code",
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--seed", "7",
+    ]  # fmt: skip
+    assert launch["env"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"extra_args": ["--api-key", "x"]}, "vllm_fleet_extra_args: holds --api-key"),
+        ({"extra_args": ["--hf-token=x"]}, "holds --hf-token"),
+        ({"multinode_backend": "mpi"}, "vllm_fleet_multinode_backend: must be one of"),
+        ({"colour": "red"}, "unknown option"),
+        ({"master_port": "high"}, "vllm_fleet_master_port"),
+    ],
+)
+def test_bad_options_name_the_field(options: dict[str, Any], message: str) -> None:
+    plan = _plan("meta-llama/Llama-3.1-8B-Instruct", "2x8xa800.yml", max_model_len=8192)
+    with pytest.raises(PlanError, match=message):
+        launches(plan["instances"], plan["instances"][0]["head_node"], options)
+
+
+LOG = """\
+(EngineCore pid=1) INFO 11-29 15:33:50 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, Maximum concurrency for 2,048 tokens per request: 1024.00x
+...restart...
+(EngineCore pid=9) INFO 11-29 15:40:50 [kv_cache_utils.py:2327] GPU KV cache size: 1,880,960 tokens, Maximum concurrency for 2,048 tokens per request: 918.44x
+"""  # noqa: E501
+
+
+def test_kv_report_takes_the_last_line() -> None:
+    assert kv_report(LOG) == {"pool": "GPU", "kv_tokens": 1880960, "max_model_len": 2048, "max_concurrency": 918.44}
+    assert kv_report("nothing here") is None
+
+
+def test_compare_and_table() -> None:
+    assert compare(1000, 1030)["verdict"] == "match"
+    assert compare(1000, 900) == {"predicted": 1000, "reported": 900, "ratio": 0.9, "verdict": "under"}
+    assert compare(1000, None)["verdict"] == "unknown"
+    probes = [
+        {"endpoint": "127.0.0.1:8080", "via": "gateway", "name": "gateway", "health": True, "models": True,
+         "completion": True, "stream": True, "first_token_s": 0.05, "ok": True},
+        {"endpoint": "10.0.0.1:8000", "via": "direct", "name": "m-0", "layout": "TP1 PP1 on node1", "health": True,
+         "models": True, "completion": True, "stream": False, "first_token_s": None, "ok": False},
+    ]  # fmt: skip
+    reports = [{"instance": "m-0", "kv": compare(1000, 1010)}]
+    rows = verify_rows(probes, reports)
+    assert rows[0]["kv"]["reported"] == 1010 and rows[1]["kv"]["ratio"] == 1.01
+    table = verify_table(rows).splitlines()
+    assert table[0].split()[:3] == ["endpoint", "via", "layout"]
+    assert "FAIL" in table[3] and "50 ms" in table[2] and "1,010" in table[3]

@@ -1,0 +1,343 @@
+"""From a planned instance to the processes the vllm_server role starts, and
+from what vLLM printed back to the figures verify compares with the plan.
+
+``launches`` gives, for one node, every ``vllm serve`` it runs: the exact
+argument list and environment, the unit/container name, and whether the node
+answers HTTP (the head) or runs headless ranks. Three multi-node forms:
+
+* ``ray``: only the head runs ``vllm serve --distributed-executor-backend ray``;
+  the other nodes are Ray workers (the cluster phase), so they get nothing here.
+* ``native``: every node runs ``vllm serve`` with ``--nnodes/--node-rank/
+  --master-addr/--master-port``; ranks > 0 add ``--headless``.
+* DP (+EP): every node runs its local DP ranks; the head answers HTTP, the
+  others add ``--headless --data-parallel-start-rank``.
+
+Pure Python, no vLLM import: unit tests check these lists exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_fleet.errors import PlanError
+from vllm_fleet.table import format_table
+
+BACKENDS = ("ray", "native")
+DEFAULT_MASTER_PORT = 29501
+DEFAULT_DP_RPC_PORT = 13345
+
+
+@dataclass
+class ServeOptions:
+    """Serving wishes that do not change the memory plan (the inventory's
+    ``vllm_fleet_*`` variables of the same names)."""
+
+    multinode_backend: str = "ray"
+    model: str | None = None
+    master_port: int = DEFAULT_MASTER_PORT
+    dp_rpc_port: int = DEFAULT_DP_RPC_PORT
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    trust_remote_code: bool = False
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    cpu_cores: int | None = None
+    ray_address: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> ServeOptions:
+        raw = {k: v for k, v in (raw or {}).items() if v is not None and v not in ("", "None")}
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise PlanError("serve options", f"unknown option(s) {unknown}", f"use one of {sorted(known)}")
+        for key in ("enable_prefix_caching", "enable_chunked_prefill", "trust_remote_code"):
+            if isinstance(raw.get(key), str):
+                raw[key] = raw[key].strip().lower() in ("1", "true", "yes", "on")
+        for key in ("master_port", "dp_rpc_port", "cpu_cores"):
+            if key in raw:
+                try:
+                    raw[key] = int(raw[key])
+                except (TypeError, ValueError) as exc:
+                    raise PlanError(f"vllm_fleet_{key}", f"{raw[key]!r} is not an integer", "give a number") from exc
+        opts = cls(**raw)
+        if opts.multinode_backend not in BACKENDS:
+            raise PlanError(
+                "vllm_fleet_multinode_backend",
+                f"must be one of {list(BACKENDS)}, got {opts.multinode_backend!r}",
+                "use ray (vLLM on the Ray cluster) or native (vllm serve --nnodes on every node)",
+            )
+        if not isinstance(opts.extra_args, list) or not all(isinstance(a, str) for a in opts.extra_args):
+            raise PlanError(
+                "vllm_fleet_extra_args", f"must be a list of strings, got {opts.extra_args!r}", 'e.g. ["--seed", "1"]'
+            )
+        for flag in ("--api-key", "--hf-token"):
+            if any(a == flag or a.startswith(flag + "=") for a in opts.extra_args):
+                raise PlanError(
+                    "vllm_fleet_extra_args",
+                    f"holds {flag}: a secret on the command line is visible in ps and in logs",
+                    "set vllm_fleet_api_key / vllm_fleet_hf_token (Ansible Vault or the environment) instead",
+                )
+        return opts
+
+
+def _common_flags(opts: ServeOptions) -> list[str]:
+    args: list[str] = []
+    if opts.enable_prefix_caching is not None:
+        args.append("--enable-prefix-caching" if opts.enable_prefix_caching else "--no-enable-prefix-caching")
+    if opts.enable_chunked_prefill is not None:
+        args.append("--enable-chunked-prefill" if opts.enable_chunked_prefill else "--no-enable-chunked-prefill")
+    if opts.trust_remote_code:
+        args.append("--trust-remote-code")
+    if opts.tool_call_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", opts.tool_call_parser]
+    if opts.reasoning_parser:
+        args += ["--reasoning-parser", opts.reasoning_parser]
+    return args + list(opts.extra_args)
+
+
+def _without(args: list[str], flag: str, takes_value: bool = True) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = takes_value
+            continue
+        out.append(a)
+    return out
+
+
+def cpu_binding(ranks: int, cores: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for ``ranks`` local ranks on ``cores`` cores:
+    contiguous core ranges, one per rank, separated by ``|`` (vLLM's format).
+    Fewer cores than ranks: ranks share cores round-robin."""
+    if ranks < 1 or cores < 1:
+        raise PlanError("cpu cores", f"{cores} core(s) for {ranks} rank(s)", "give the node at least one core")
+    parts = []
+    for r in range(ranks):
+        if cores >= ranks:
+            lo = r * cores // ranks
+            hi = (r + 1) * cores // ranks - 1
+        else:
+            lo = hi = r % cores
+        parts.append(str(lo) if lo == hi else f"{lo}-{hi}")
+    return "|".join(parts)
+
+
+def _address(instance: dict[str, Any]) -> str:
+    return str(instance["endpoint"]).rsplit(":", 1)[0]
+
+
+def _stage_address(stage: dict[str, Any]) -> str:
+    return str(stage.get("env", {}).get("VLLM_HOST_IP") or stage["node"])
+
+
+def unit_name(instance: dict[str, Any]) -> str:
+    """``vllm-<instance>``: the systemd unit / container name (letters, digits, - . _)."""
+    return "vllm-" + re.sub(r"[^A-Za-z0-9_.-]", "-", str(instance["name"]))
+
+
+def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """What ``node`` runs for the plan's ``instances``: a list of
+    ``{name, instance, argv, env, port, serves, role, node_rank}``."""
+    opts = ServeOptions.from_dict(options)
+    out = []
+    for inst in instances:
+        stages = [s for s in inst["stages"] if s["node"] == node]
+        if not stages:
+            continue
+        nodes = list(dict.fromkeys(s["node"] for s in inst["stages"]))
+        rank = nodes.index(node)
+        local_gpus = sum(s["gpu_count"] for s in stages)
+        gpu_ids = [g for s in stages for g in s["gpu_ids"]]
+        args = list(inst["vllm_args"])
+        if opts.model and len(args) > 1 and args[0] == "serve":
+            args[1] = opts.model  # the model's path on the nodes (prepare's model_cache_path)
+        env: dict[str, str] = dict(inst.get("env", {}))
+        env.update(stages[0].get("env", {}))
+        serves = rank == 0
+        role = "single" if len(nodes) == 1 else "head" if rank == 0 else "headless"
+        dp = int(inst.get("data_parallel_size", 1))
+        if len(nodes) > 1 and dp > 1:
+            args = _without(args, "--data-parallel-size-local")
+            args += ["--data-parallel-size-local", str(local_gpus)]
+            args += ["--data-parallel-address", _address(inst), "--data-parallel-rpc-port", str(opts.dp_rpc_port)]
+            if rank > 0:
+                start = sum(
+                    s["gpu_count"] for s in inst["stages"] if nodes.index(s["node"]) < rank
+                )  # DP ranks held by the nodes before this one
+                args += ["--headless", "--data-parallel-start-rank", str(start)]
+        elif len(nodes) > 1 and opts.multinode_backend == "ray":
+            if rank > 0:
+                continue  # a Ray worker: the head's vllm serve places its ranks here
+            if "--distributed-executor-backend" not in args:
+                args += ["--distributed-executor-backend", "ray"]
+            if opts.ray_address:
+                env["RAY_ADDRESS"] = opts.ray_address
+        elif len(nodes) > 1:
+            counts = {n: sum(s["gpu_count"] for s in inst["stages"] if s["node"] == n) for n in nodes}
+            if len(set(counts.values())) > 1:
+                raise PlanError(
+                    "vllm_fleet_multinode_backend",
+                    f"native needs the same GPU count on every node of {inst['name']}, the plan has {counts}",
+                    "use multinode_backend: ray for this layout, or give the instance nodes of one size",
+                )
+            args = _without(args, "--distributed-executor-backend")
+            args += [
+                "--nnodes",
+                str(len(nodes)),
+                "--node-rank",
+                str(rank),
+                "--master-addr",
+                _stage_address(next(s for s in inst["stages"] if s["node"] == nodes[0])),
+                "--master-port",
+                str(opts.master_port),
+            ]
+            if rank > 0:
+                args.append("--headless")
+        args += _common_flags(opts)
+        if inst.get("device") == "cpu":
+            env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+            if opts.cpu_cores and "VLLM_CPU_OMP_THREADS_BIND" not in opts.extra_env:
+                ranks = (
+                    local_gpus
+                    if dp > 1
+                    else (int(inst["tensor_parallel_size"]) * int(inst["pipeline_parallel_size"]) // len(nodes))
+                )
+                env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(max(1, ranks), opts.cpu_cores)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+        env.update({k: str(v) for k, v in opts.extra_env.items()})
+        out.append(
+            {
+                "name": unit_name(inst),
+                "instance": inst["name"],
+                "argv": ["vllm", *args],
+                "env": dict(sorted(env.items())),
+                "port": int(inst["port"]),
+                "serves": serves,
+                "role": role,
+                "node_rank": rank,
+                "predicted_kv_tokens": int(inst.get("memory", {}).get("kv_cache_tokens", 0)),
+                "max_model_len": int(inst.get("max_model_len", 0)),
+            }
+        )
+    return out
+
+
+_KV_LINE = re.compile(
+    r"(?P<pool>[A-Za-z+ ]*?)\s*KV cache size: (?P<tokens>[\d,]+) tokens, "
+    r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<conc>[\d.]+)x"
+)
+
+
+def kv_report(log: str) -> dict[str, Any] | None:
+    """The last "KV cache size: N tokens, Maximum concurrency ..." line vLLM
+    printed (a restarted server prints it again), or None."""
+    found = None
+    for m in _KV_LINE.finditer(log):
+        found = m
+    if found is None:
+        return None
+    pool = found.group("pool").strip().split()[-1] if found.group("pool").strip() else "GPU"
+    return {
+        "pool": pool,
+        "kv_tokens": int(found.group("tokens").replace(",", "")),
+        "max_model_len": int(found.group("len").replace(",", "")),
+        "max_concurrency": float(found.group("conc")),
+    }
+
+
+def compare(predicted: int, reported: int | None) -> dict[str, Any]:
+    """Reported / predicted KV tokens, and a verdict: vLLM rounds to whole blocks
+    and the planner models its profile pass, so within 5 % is a match."""
+    if reported is None or predicted <= 0:
+        return {"predicted": predicted, "reported": reported, "ratio": None, "verdict": "unknown"}
+    ratio = reported / predicted
+    verdict = "match" if abs(ratio - 1) <= 0.05 else "over" if ratio > 1 else "under"
+    return {"predicted": predicted, "reported": reported, "ratio": round(ratio, 4), "verdict": verdict}
+
+
+def verify_table(rows: list[dict[str, Any]]) -> str:
+    """The summary verify prints: one line per endpoint checked."""
+    headers = [
+        "endpoint",
+        "via",
+        "layout",
+        "health",
+        "models",
+        "completion",
+        "stream",
+        "first token",
+        "KV predicted",
+        "KV reported",
+        "ratio",
+    ]
+    body = []
+    for r in rows:
+        kv = r.get("kv") or {}
+        ttft = r.get("first_token_s")
+        body.append(
+            [
+                str(r["endpoint"]),
+                str(r.get("via", "direct")),
+                str(r.get("layout", "")),
+                "ok" if r.get("health") else "FAIL",
+                "ok" if r.get("models") else "FAIL",
+                "ok" if r.get("completion") else "FAIL",
+                "ok" if r.get("stream") else "FAIL",
+                "-" if ttft is None else f"{ttft * 1000:.0f} ms",
+                f"{kv['predicted']:,}" if kv.get("predicted") else "-",
+                f"{kv['reported']:,}" if kv.get("reported") else "-",
+                f"{kv['ratio']:.3f}" if kv.get("ratio") is not None else "-",
+            ]
+        )
+    return format_table(headers, body)
+
+
+def layout(instance: dict[str, Any]) -> str:
+    """``TP2 PP1 on node1`` / ``DP8 EP TP1 on node1+node2``."""
+    parts = []
+    dp = int(instance.get("data_parallel_size", 1))
+    if dp > 1:
+        parts.append(f"DP{dp}")
+        if instance.get("enable_expert_parallel"):
+            parts.append("EP")
+    parts.append(f"TP{instance['tensor_parallel_size']} PP{instance['pipeline_parallel_size']}")
+    return " ".join(parts) + " on " + "+".join(instance["nodes"])
+
+
+def verify_target(instance: dict[str, Any], model: str) -> dict[str, Any]:
+    """What verify probes for one instance: its head's endpoint, directly."""
+    return {
+        "endpoint": instance["endpoint"],
+        "via": "direct",
+        "name": instance["name"],
+        "layout": layout(instance),
+        "model": model,
+    }
+
+
+def verify_rows(probes: list[dict[str, Any]], reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The probe's results with each instance's KV report (by instance name) attached;
+    the gateway row gets the sum over its instances."""
+    by_instance = {r["instance"]: r for r in reports}
+    rows = []
+    for probe in probes:
+        row = dict(probe)
+        if probe.get("via") == "gateway":
+            kvs = [r["kv"] for r in reports]
+            predicted = sum(k["predicted"] for k in kvs)
+            reported = sum(k["reported"] for k in kvs) if kvs and all(k["reported"] for k in kvs) else None
+            row["kv"] = compare(predicted, reported) if kvs else None
+        elif probe.get("name") in by_instance:
+            row["kv"] = by_instance[probe["name"]]["kv"]
+        rows.append(row)
+    return rows
