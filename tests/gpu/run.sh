@@ -7,6 +7,9 @@
 # 1. gpu_facts' commands against the real nvidia-smi, saved as new parser fixtures
 #    (copy them to tests/unit/fixtures/facts/<name>.*.txt), and the parser's verdict.
 # 2. Where Docker and the NVIDIA container toolkit exist: docker run --gpus all nvidia-smi.
+# 3. tests/gpu/serve_check.py: with vLLM (VLLM_PYTHON), real vllm serve through the vllm_server
+#    role with --load-format dummy for a few configs, predicted vs reported KV tokens; with only
+#    PyTorch, the CUDA context and the weights of each config on the device against the planner.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-./gpu-out}
@@ -63,5 +66,10 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   fi
 else
   say "SKIP no usable docker"
+fi
+if PYTHONPATH=. "$PY" tests/gpu/serve_check.py "$OUT" 2>&1 | tee "$OUT/serve_check.txt"; then
+  say "OK serve_check (see serve_check.txt)"
+else
+  say "FAIL serve_check (see serve_check.txt and serve-*.log)"; status=1
 fi
 exit $status

@@ -93,7 +93,9 @@ def test_dp_ep_across_nodes_head_and_headless() -> None:
     for launch in (head, other):
         argv = launch["argv"]
         assert argv[argv.index("--data-parallel-size") + 1] == "16"
-        assert argv.count("--data-parallel-size-local") == 1 and argv[argv.index("--data-parallel-size-local") + 1] == "8"
+        assert (
+            argv.count("--data-parallel-size-local") == 1 and argv[argv.index("--data-parallel-size-local") + 1] == "8"
+        )
         assert argv[argv.index("--data-parallel-address") + 1] == address
         assert "--enable-expert-parallel" in argv and "--distributed-executor-backend" not in argv
     assert "--headless" not in head["argv"] and head["serves"]

@@ -38,10 +38,15 @@ def process_state(args: argparse.Namespace) -> tuple[bool, int]:
     if args.runtime == "systemd":
         props = dict(
             line.split("=", 1)
-            for line in run(["systemctl", "show", "-p", "ActiveState", "-p", "NRestarts", args.name]).splitlines()
+            for line in run(
+                ["systemctl", "show", "-p", "ActiveState", "-p", "SubState", "-p", "NRestarts", args.name]
+            ).splitlines()
             if "=" in line
         )
-        return props.get("ActiveState") in ("active", "activating", "reloading"), int(props.get("NRestarts") or 0)
+        restarts = int(props.get("NRestarts") or 0)
+        if props.get("SubState") == "auto-restart":  # exited, waiting for RestartSec: it crashed
+            return False, restarts + 1
+        return props.get("ActiveState") in ("active", "activating", "reloading"), restarts
     status = json.loads(run([sys.executable, args.supervise, "status", "--state", args.state, "--name", args.name]))
     return bool(status["running"]), int(status.get("restarts", 0))
 

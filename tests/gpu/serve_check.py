@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""vLLM on a real GPU against the plan, for a machine with an NVIDIA GPU.
+
+With vLLM installed (VLLM_PYTHON, default python3): for each config below, runs
+site.yml's plan and serve phases on this machine through the vllm_server role
+(systemd runtime with the vLLM already installed, --load-format dummy, no
+weights, no tokenizer) and prints predicted vs reported KV tokens; then tears
+down. With only PyTorch: measures what it can of the memory model on the GPU
+(CUDA context + non-torch memory at start-up; the weights of each config built
+on the device with transformers, if present) against the planner.
+
+    python3 tests/gpu/serve_check.py OUT_DIR
+Writes OUT_DIR/serve_check.json and prints one line per config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from vllm_fleet.memory import Device, Settings, estimate  # noqa: E402
+from vllm_fleet.model_spec import load_model  # noqa: E402
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5,
+         "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+         "max_position_embeddings": 131072}  # fmt: skip
+CONFIGS: dict[str, dict[str, Any]] = {
+    "llama-1b-like": {**LLAMA, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+                      "tie_word_embeddings": True},
+    "llama-3.1-8b-like": {**LLAMA, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                          "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256},
+}  # fmt: skip
+RUNS = [("llama-1b-like", []), ("llama-3.1-8b-like", []), ("llama-3.1-8b-like", ["--enforce-eager"])]
+MAX_LEN = 8192
+
+
+def sh(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False, **kw)
+
+
+def gpu() -> tuple[str, float] | None:
+    out = sh(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    name, mib = out.stdout.splitlines()[0].rsplit(",", 1)
+    return name.strip(), float(mib) / 1024
+
+
+def write_model(base: Path, name: str) -> Path:
+    folder = base / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(CONFIGS[name]))
+    return folder
+
+
+def with_vllm(python: str, out: Path, gpu_name: str, total_gib: float) -> list[dict[str, Any]]:
+    prefix = sh([python, "-c", "import sys; print(sys.prefix)"]).stdout.strip()
+    results = []
+    for name, extra in RUNS:
+        work = Path(tempfile.mkdtemp(prefix="vf-gpu-"))
+        model = write_model(work, name)
+        inventory = work / "hosts.yml"
+        inventory.write_text(json.dumps({"all": {
+            "hosts": {"localhost": {"ansible_connection": "local"}},
+            "children": {"vllm_nodes": {"hosts": {"localhost": {
+                "ansible_connection": "local", "vllm_fleet_gpu": gpu_name, "vllm_fleet_gpu_count": 1,
+                "vllm_fleet_gpu_memory_gib": round(total_gib, 2), "vllm_fleet_address": "127.0.0.1"}}}},
+            "vars": {"vllm_fleet_model": str(model), "vllm_fleet_max_model_len": MAX_LEN,
+                     "vllm_fleet_enforce_eager": "--enforce-eager" in extra,
+                     "vllm_fleet_runtime": "systemd", "vllm_fleet_prepare_model": False, "vllm_fleet_gateway": False,
+                     "vllm_server_venv": prefix, "vllm_fleet_vllm_package": "", "vllm_server_wait_timeout": 900,
+                     "vllm_fleet_extra_args": ["--load-format", "dummy", "--skip-tokenizer-init"]}}}))  # fmt: skip
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        run = sh(["ansible-playbook", "site.yml", "-i", str(inventory), "--tags", "plan,serve",
+                  "-e", f"vllm_fleet_artifacts_dir={work}"], cwd=ROOT, env=env)  # fmt: skip
+        (out / f"serve-{name}{'-eager' if extra else ''}.log").write_text(run.stdout + run.stderr)
+        found = re.search(r"vLLM reports ([\d,]+|no) KV tokens,\s+the plan predicted ([\d,]+)", run.stdout)
+        row: dict[str, Any] = {"config": name, "flags": extra, "rc": run.returncode}
+        if found:
+            reported = None if found.group(1) == "no" else int(found.group(1).replace(",", ""))
+            predicted = int(found.group(2).replace(",", ""))
+            row.update(predicted=predicted, reported=reported, ratio=reported / predicted if reported else None)
+        results.append(row)
+        ratio = f"{row['ratio']:.3f}" if row.get("ratio") else "-"
+        print(f"[gpu] vllm {name} {' '.join(extra)}: predicted {row.get('predicted')}, reported {row.get('reported')}, "
+              f"ratio {ratio} (rc {run.returncode})")  # fmt: skip
+        sh(["ansible-playbook", "playbooks/teardown.yml", "-i", str(inventory)], cwd=ROOT, env=env)
+    return results
+
+
+def torch_only(out: Path, gpu_name: str, total_gib: float) -> list[dict[str, Any]]:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("[gpu] SKIP torch has no CUDA here")
+        return []
+    free0, total = torch.cuda.mem_get_info()  # creates the context
+    torch.cuda.synchronize()
+    context_gib = (total - free0) / 2**30
+    results: list[dict[str, Any]] = [{"measure": "cuda_context_gib", "value": round(context_gib, 3)}]
+    print(f"[gpu] torch: CUDA context + driver reservations {context_gib:.3f} GiB of {total / 2**30:.1f} GiB")
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        print("[gpu] SKIP weights: transformers is not installed")
+        return results
+    base = Path(tempfile.mkdtemp(prefix="vf-gpu-"))
+    for name in CONFIGS:
+        folder = write_model(base, name)
+        spec = load_model(str(folder))
+        est = estimate(spec, Device(gpu_name, total_gib), Settings(max_model_len=MAX_LEN))
+        planned = est.ranks[0].weights_gib
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated()
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), torch_dtype=torch.bfloat16)
+        model = model.to_empty(device="cuda")
+        measured = (torch.cuda.memory_allocated() - before) / 2**30
+        del model
+        torch.cuda.empty_cache()
+        results.append({"config": name, "weights_planned_gib": planned, "weights_measured_gib": round(measured, 4)})
+        print(f"[gpu] torch weights {name}: planned {planned:.3f} GiB, on the device {measured:.3f} GiB "
+              f"(ratio {measured / planned:.4f})")  # fmt: skip
+    return results
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-out")
+    out.mkdir(parents=True, exist_ok=True)
+    found = gpu()
+    if found is None:
+        print("[gpu] SKIP no NVIDIA GPU (nvidia-smi)")
+        return 0
+    name, total_gib = found
+    python = os.environ.get("VLLM_PYTHON", "python3")
+    has_vllm = sh([python, "-c", "import vllm"]).returncode == 0
+    has_torch = sh([sys.executable, "-c", "import torch"]).returncode == 0
+    report: dict[str, Any] = {"gpu": name, "total_gib": total_gib}
+    if has_vllm:
+        report["vllm"] = with_vllm(python, out, name, total_gib)
+    else:
+        print(f"[gpu] SKIP vLLM runs: {python} cannot import vllm")
+    if has_torch:
+        report["torch"] = torch_only(out, name, total_gib)
+    elif not has_vllm:
+        print("[gpu] SKIP neither vLLM nor PyTorch is installed")
+    (out / "serve_check.json").write_text(json.dumps(report, indent=1))
+    bad = [r for r in report.get("vllm", []) if r["rc"] != 0 or not r.get("reported")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
