@@ -12,7 +12,7 @@ from tests.conftest import FIXTURES
 from vllm_fleet.cluster import cluster_from_data, load_cluster
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import load_model
-from vllm_fleet.serve import cpu_binding, compare, kv_report, launches, verify_rows, verify_table
+from vllm_fleet.serve import compare, cpu_binding, kv_report, launches, verify_rows, verify_table
 from vllm_fleet.strategy import Wishes, plan_cluster
 
 

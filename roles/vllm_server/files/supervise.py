@@ -17,6 +17,7 @@ Stdlib only: it runs with the host's python3.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -86,14 +87,16 @@ def stop(p: dict[str, Path], timeout: float = 30.0) -> bool:
         for key in ("pid", "child"):
             p[key].unlink(missing_ok=True)
         return False
-    os.killpg(pid, signal.SIGTERM)
+    # The supervisor and everything it started share one process group (its session's).
+    group = os.getpgid(pid)
+    os.killpg(group, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and alive(pid):
         time.sleep(0.2)
-    if alive(pid):
-        os.killpg(pid, signal.SIGKILL)
-        while alive(pid):
-            time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)  # what is left of the group (workers that ignored SIGTERM)
+    while alive(pid):
+        time.sleep(0.1)
     for key in ("pid", "child"):
         p[key].unlink(missing_ok=True)
     return True
