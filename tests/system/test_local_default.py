@@ -1,6 +1,6 @@
-"""The README's main command for real: site.yml on inventories/local serves the
-tiny model with vLLM's CPU build on this machine behind nginx, and verify passes.
-A second run changes nothing; teardown stops vLLM and the gateway."""
+"""The README's main command for real: site.yml on inventories/local starts a Ray
+head, serves the tiny model with vLLM's CPU build on this machine behind nginx,
+and verify passes. A second run changes nothing; teardown stops all three."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def test_local_default_serves_and_verifies(tmp_path: Path) -> None:
     assert rows[1]["kv"]["verdict"] == "match", rows[1]
     assert rows[1]["first_token_s"] is not None
     assert "2 endpoint(s) verified" in first.stdout
+    # The cluster phase started a Ray head here (vllm_fleet_ray: always); verify showed its status.
+    assert "Ray cluster vllm-fleet-ray: 1 nodes, 1.0 GPUs, head 127.0.0.1:6379" in first.stdout
+    assert "0.0/1.0 GPU" in first.stdout
 
     again = run_site(INVENTORY, tmp_path, timeout=900)
     assert again.returncode == 0, again.stdout[-4000:]
@@ -35,4 +38,4 @@ def test_local_default_serves_and_verifies(tmp_path: Path) -> None:
 
     down = run_playbook("playbooks/teardown.yml", INVENTORY)
     assert down.returncode == 0, down.stdout[-3000:]
-    assert not _listening(8000) and not _listening(8080), "vLLM or the gateway still listens after teardown"
+    assert not any(_listening(p) for p in (8000, 8080, 6379)), "vLLM, the gateway or Ray still listens after teardown"

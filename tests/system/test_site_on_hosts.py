@@ -57,7 +57,7 @@ def _inventory(
 
 def _site(inventory: Path, artifacts: Path) -> subprocess.CompletedProcess[str]:
     # Logical L4s: plan, prepare and Ray for real; vLLM itself is served on the CPU in test_serve_on_hosts.py.
-    return run_site(inventory, artifacts, "--skip-tags", "serve,verify")
+    return run_site(inventory, artifacts, "--tags", "facts,preflight,plan,prepare,cluster")
 
 
 def _recap(stdout: str) -> dict[str, dict[str, int]]:
