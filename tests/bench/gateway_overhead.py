@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -35,13 +36,16 @@ def rate(endpoint: str, model: str, requests: int, clients: int) -> float:
     return tokens / (time.monotonic() - start)
 
 
-def measure(direct: str, gateway: str, model: str = "tiny-llama", requests: int = 24) -> None:
-    print(f"gateway overhead ({requests} completions of {MAX_TOKENS} tokens each, best of 3)")
+def measure(direct: str, gateway: str, model: str = "tiny-llama", requests: int = 24, rounds: int = 5) -> None:
+    print(f"gateway overhead ({requests} completions of {MAX_TOKENS} tokens; median of {rounds} alternating rounds)")
     print(f"{'clients':>7}  {'direct tok/s':>12}  {'gateway tok/s':>13}  {'gateway/direct':>14}")
     for clients in (1, 4):
-        d = max(rate(direct, model, requests, clients) for _ in range(3))
-        g = max(rate(gateway, model, requests, clients) for _ in range(3))
-        print(f"{clients:>7}  {d:>12.1f}  {g:>13.1f}  {g / d:>14.3f}")
+        d, g = [], []
+        for _ in range(rounds):  # alternate, so warm-up and CPU drift hit both alike
+            d.append(rate(direct, model, requests, clients))
+            g.append(rate(gateway, model, requests, clients))
+        dm, gm = statistics.median(d), statistics.median(g)
+        print(f"{clients:>7}  {dm:>12.1f}  {gm:>13.1f}  {gm / dm:>14.3f}")
 
 
 def main() -> int:
