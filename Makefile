@@ -9,6 +9,7 @@
 #   make up / down   start test hosts (and the Docker Engine) and keep them / remove them
 #   make ssh NODE=node2   log into a test host
 #   make bench       accuracy against real vLLM logs and planner speed
+#   make bench-serve time to a verified completion of the local default, gateway overhead
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -18,7 +19,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit check test-hosts lint up down ssh bench clean
+.PHONY: setup run plan doctor test test-unit check test-hosts lint up down ssh bench bench-serve clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +68,9 @@ ssh: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python tests/bench/memory_accuracy.py
 	$(BIN)/python tests/bench/plan_speed.py
+
+bench-serve: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/serve_local.py
 
 clean:
 	rm -rf $(VENV) artifacts .mypy_cache .ruff_cache .pytest_cache
