@@ -72,11 +72,11 @@ def vllm_args(
     return args
 
 
-def instance_env(est: Estimate, partition_is_custom: bool, device_kind: str) -> dict[str, str]:
+def instance_env(est: Estimate, partition_is_custom: bool) -> dict[str, str]:
     env: dict[str, str] = {}
     if est.pipeline_parallel_size > 1 and partition_is_custom:
         env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(n) for n in est.layer_partition)
-    # Not VLLM_CPU_KVCACHE_SPACE on the CPU: vLLM's CPU platform lets that legacy
+    # Never VLLM_CPU_KVCACHE_SPACE for CPU nodes: vLLM's CPU platform lets that legacy
     # variable (whole GiB) override the exact --kv-cache-memory-bytes.
     return env
 

@@ -46,7 +46,7 @@ class ServeOptions:
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
     cpu_cores: int | None = None
-    ray_address: str | None = None
+    ray_port: int = 6379
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> ServeOptions:
@@ -58,7 +58,7 @@ class ServeOptions:
         for key in ("enable_prefix_caching", "enable_chunked_prefill", "trust_remote_code"):
             if isinstance(raw.get(key), str):
                 raw[key] = raw[key].strip().lower() in ("1", "true", "yes", "on")
-        for key in ("master_port", "dp_rpc_port", "cpu_cores"):
+        for key in ("master_port", "dp_rpc_port", "cpu_cores", "ray_port"):
             if key in raw:
                 try:
                     raw[key] = int(raw[key])
@@ -74,6 +74,10 @@ class ServeOptions:
         if not isinstance(opts.extra_args, list) or not all(isinstance(a, str) for a in opts.extra_args):
             raise PlanError(
                 "vllm_fleet_extra_args", f"must be a list of strings, got {opts.extra_args!r}", 'e.g. ["--seed", "1"]'
+            )
+        if not isinstance(opts.extra_env, dict):
+            raise PlanError(
+                "vllm_fleet_extra_env", f"must be a mapping, got {opts.extra_env!r}", "e.g. {VLLM_LOGGING_LEVEL: DEBUG}"
             )
         for flag in ("--api-key", "--hf-token"):
             if any(a == flag or a.startswith(flag + "=") for a in opts.extra_args):
@@ -179,8 +183,8 @@ def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any]
                 continue  # a Ray worker: the head's vllm serve places its ranks here
             if "--distributed-executor-backend" not in args:
                 args += ["--distributed-executor-backend", "ray"]
-            if opts.ray_address:
-                env["RAY_ADDRESS"] = opts.ray_address
+            # The GCS on this head, at the address the plan gave it.
+            env["RAY_ADDRESS"] = f"{_stage_address(stages[0])}:{opts.ray_port}"
         elif len(nodes) > 1:
             counts = {n: sum(s["gpu_count"] for s in inst["stages"] if s["node"] == n) for n in nodes}
             if len(set(counts.values())) > 1:

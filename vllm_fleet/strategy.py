@@ -648,7 +648,7 @@ def _instance_dict(
         "port": port,
         "endpoint": f"{head.address or head.name}:{port}",
         "vllm_args": args,
-        "env": instance_env(est, custom, kind),
+        "env": instance_env(est, custom),
         "memory": memory[id(est)] if id(est) in memory else memory.setdefault(id(est), est.to_dict()),
         "notes": est.notes,
     }

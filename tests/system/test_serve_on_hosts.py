@@ -118,7 +118,10 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     assert down.returncode == 0, down.stdout[-3000:]
     for node in test_hosts.nodes:
         probe = subprocess.run(
-            ssh_argv(node.name, "systemctl list-units --all --plain --no-legend 'vllm-fleet-*'; pgrep -f 'vllm serve'"),
+            ssh_argv(node.name, "systemctl list-units --all --plain --no-legend 'vllm-fleet-*'; echo ---; "
+                                "pgrep -af '[b]in/vllm serve' || true"),
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
-        assert "vllm-fleet-vllm" not in probe.stdout and "vllm-fleet-gateway" not in probe.stdout, probe.stdout
+        units, processes = probe.stdout.split("---", 1)
+        assert "vllm-fleet-vllm" not in units and "vllm-fleet-gateway" not in units, units
+        assert processes.strip() == "", f"vLLM still runs on {node.name}: {processes}"
