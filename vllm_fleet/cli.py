@@ -104,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["replicas", "tp", "pp", "dp_ep", "instances"],
         help="allowed strategies (repeat); default all",
     )
+    plan.add_argument(
+        "--multinode-backend",
+        choices=["auto", "ray", "native"],
+        default="auto",
+        help="how multi-node instances run (auto: native unless --ray-available or uneven nodes)",
+    )
+    plan.add_argument("--ray-available", action="store_true", help="the serving image or venv has Ray")
+    plan.add_argument("--vllm-version", default=CURRENT_VLLM, help="the vLLM release that will run (default: current)")
 
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the built-in GPU catalog")
@@ -199,6 +207,9 @@ def run_plan(args: argparse.Namespace) -> int:
         target_concurrency=args.target_concurrency,
         strategies=tuple(args.strategy) if args.strategy else None,
         model_ref=args.model,
+        multinode_backend=args.multinode_backend,
+        ray_available=args.ray_available,
+        vllm_version=args.vllm_version,
     )
     result = plan_cluster(spec, cluster, wishes)
     if args.json:

@@ -65,6 +65,27 @@ def parse_version(text: str) -> tuple[int, int]:
         return parse_version(CURRENT_VLLM)
 
 
+OLDEST_KNOWN_VLLM = "0.5.0"
+
+
+def known_release(text: str) -> str | None:
+    """None when the planner knows ``text``'s memory accounting, else a warning
+    saying which accounting it plans with instead."""
+    parts = text.strip().lstrip("v").split(".")
+    try:
+        rel = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return f"vLLM release {text!r} is not a version; planned with the accounting of {CURRENT_VLLM}"
+    if rel > parse_version(CURRENT_VLLM):
+        return (
+            f"vLLM {text} is newer than the newest accounting the planner knows ({CURRENT_VLLM}); "
+            f"planned as {CURRENT_VLLM}: check the KV figures verify reports"
+        )
+    if rel < parse_version(OLDEST_KNOWN_VLLM):
+        return f"vLLM {text} is older than the oldest accounting the planner knows ({OLDEST_KNOWN_VLLM}); planned as it"
+    return None
+
+
 @dataclass(frozen=True)
 class Accounting:
     """How a vLLM release family splits memory (see module docstring)."""

@@ -24,17 +24,20 @@ def vllm_args(
     est: Estimate,
     *,
     port: int,
-    multi_node: bool,
+    host: str,
+    executor: str,
     device_kind: str,
     quantization: str | None,
     dp_local: int | None = None,
 ) -> list[str]:
-    """The exact ``vllm serve`` argument list for one instance."""
+    """The exact ``vllm serve`` argument list for one instance. ``host``: the
+    head's cluster address, never 0.0.0.0 (``--api-key`` guards only the
+    OpenAI routes, so vLLM listens only where its gateway and verify reach it)."""
     args = [
         "serve",
         model_ref,
         "--host",
-        "0.0.0.0",
+        host,
         "--port",
         str(port),
         "--served-model-name",
@@ -59,7 +62,7 @@ def vllm_args(
             args += ["--data-parallel-size-local", str(dp_local)]
     if est.enable_expert_parallel:
         args.append("--enable-expert-parallel")
-    if multi_node and est.data_parallel_size == 1:
+    if executor == "ray":
         args += ["--distributed-executor-backend", "ray"]
     if est.dtype not in ("auto",) and est.dtype != "bfloat16":
         args += ["--dtype", est.dtype]

@@ -5,6 +5,8 @@ from what vLLM printed back to the figures verify compares with the plan.
 argument list and environment, the unit/container name, and whether the node
 answers HTTP (the head) or runs headless ranks. Three multi-node forms:
 
+The plan chose each instance's executor (``instance["executor"]``):
+
 * ``ray``: only the head runs ``vllm serve --distributed-executor-backend ray``;
   the other nodes are Ray workers (the cluster phase), so they get nothing here.
 * ``native``: every node runs ``vllm serve`` with ``--nnodes/--node-rank/
@@ -21,10 +23,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.errors import PlanError
 from vllm_fleet.table import format_table
 
-BACKENDS = ("ray", "native")
 DEFAULT_MASTER_PORT = 29501
 DEFAULT_DP_RPC_PORT = 13345
 
@@ -34,7 +36,6 @@ class ServeOptions:
     """Serving wishes that do not change the memory plan (the inventory's
     ``vllm_fleet_*`` variables of the same names)."""
 
-    multinode_backend: str = "ray"
     model: str | None = None
     master_port: int = DEFAULT_MASTER_PORT
     dp_rpc_port: int = DEFAULT_DP_RPC_PORT
@@ -65,12 +66,6 @@ class ServeOptions:
                 except (TypeError, ValueError) as exc:
                     raise PlanError(f"vllm_fleet_{key}", f"{raw[key]!r} is not an integer", "give a number") from exc
         opts = cls(**raw)
-        if opts.multinode_backend not in BACKENDS:
-            raise PlanError(
-                "vllm_fleet_multinode_backend",
-                f"must be one of {list(BACKENDS)}, got {opts.multinode_backend!r}",
-                "use ray (vLLM on the Ray cluster) or native (vllm serve --nnodes on every node)",
-            )
         if not isinstance(opts.extra_args, list) or not all(isinstance(a, str) for a in opts.extra_args):
             raise PlanError(
                 "vllm_fleet_extra_args", f"must be a list of strings, got {opts.extra_args!r}", 'e.g. ["--seed", "1"]'
@@ -80,7 +75,7 @@ class ServeOptions:
                 "vllm_fleet_extra_env", f"must be a mapping, got {opts.extra_env!r}", "e.g. {VLLM_LOGGING_LEVEL: DEBUG}"
             )
         for flag in ("--api-key", "--hf-token"):
-            if any(a == flag or a.startswith(flag + "=") for a in opts.extra_args):
+            if flag in secret_flags(opts.extra_args):
                 raise PlanError(
                     "vllm_fleet_extra_args",
                     f"holds {flag}: a secret on the command line is visible in ps and in logs",
@@ -148,9 +143,17 @@ def unit_name(instance: dict[str, Any]) -> str:
     return "vllm-" + re.sub(r"[^A-Za-z0-9_.-]", "-", str(instance["name"]))
 
 
+def _replace(args: list[str], flag: str, value: str) -> list[str]:
+    out = list(args)
+    if flag in out:
+        out[out.index(flag) + 1] = value
+    return out
+
+
 def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """What ``node`` runs for the plan's ``instances``: a list of
-    ``{name, instance, argv, env, port, serves, role, node_rank}``."""
+    ``{name, instance, executor, argv, env, port, serves, role, node_rank, gpu_ids, ...}``.
+    The executor is the plan's (``instance["executor"]``): nothing here re-decides it."""
     opts = ServeOptions.from_dict(options)
     out = []
     for inst in instances:
@@ -159,6 +162,7 @@ def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any]
             continue
         nodes = list(dict.fromkeys(s["node"] for s in inst["stages"]))
         rank = nodes.index(node)
+        executor = str(inst.get("executor") or ("mp" if len(nodes) == 1 else "ray"))
         local_gpus = sum(s["gpu_count"] for s in stages)
         gpu_ids = [g for s in stages for g in s["gpu_ids"]]
         args = list(inst["vllm_args"])
@@ -169,7 +173,10 @@ def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any]
         serves = rank == 0
         role = "single" if len(nodes) == 1 else "head" if rank == 0 else "headless"
         dp = int(inst.get("data_parallel_size", 1))
-        if len(nodes) > 1 and dp > 1:
+        if executor in ("native", "dp") and inst.get("device") == "cpu" and "kv_cache_memory_bytes" in stages[0]:
+            # Each node's own vllm serve hands its workers this node's planned KV bytes.
+            args = _replace(args, "--kv-cache-memory-bytes", str(stages[0]["kv_cache_memory_bytes"]))
+        if executor == "dp":
             args = _without(args, "--data-parallel-size-local")
             args += ["--data-parallel-size-local", str(local_gpus)]
             args += ["--data-parallel-address", _address(inst), "--data-parallel-rpc-port", str(opts.dp_rpc_port)]
@@ -178,21 +185,14 @@ def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any]
                     s["gpu_count"] for s in inst["stages"] if nodes.index(s["node"]) < rank
                 )  # DP ranks held by the nodes before this one
                 args += ["--headless", "--data-parallel-start-rank", str(start)]
-        elif len(nodes) > 1 and opts.multinode_backend == "ray":
+        elif executor == "ray":
             if rank > 0:
                 continue  # a Ray worker: the head's vllm serve places its ranks here
             if "--distributed-executor-backend" not in args:
                 args += ["--distributed-executor-backend", "ray"]
             # The GCS on this head, at the address the plan gave it.
             env["RAY_ADDRESS"] = f"{_stage_address(stages[0])}:{opts.ray_port}"
-        elif len(nodes) > 1:
-            counts = {n: sum(s["gpu_count"] for s in inst["stages"] if s["node"] == n) for n in nodes}
-            if len(set(counts.values())) > 1:
-                raise PlanError(
-                    "vllm_fleet_multinode_backend",
-                    f"native needs the same GPU count on every node of {inst['name']}, the plan has {counts}",
-                    "use multinode_backend: ray for this layout, or give the instance nodes of one size",
-                )
+        elif executor == "native":
             args = _without(args, "--distributed-executor-backend")
             args += [
                 "--nnodes",
@@ -223,12 +223,16 @@ def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any]
             {
                 "name": unit_name(inst),
                 "instance": inst["name"],
+                "executor": executor,
                 "argv": ["vllm", *args],
                 "env": dict(sorted(env.items())),
                 "port": int(inst["port"]),
+                "host": _stage_address(stages[0]),
                 "serves": serves,
                 "role": role,
                 "node_rank": rank,
+                "nnodes": len(nodes),
+                "gpu_ids": gpu_ids,
                 "predicted_kv_tokens": int(inst.get("memory", {}).get("kv_cache_tokens", 0)),
                 "max_model_len": int(inst.get("max_model_len", 0)),
             }

@@ -26,7 +26,7 @@ from typing import Any
 
 from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import GIB, Device, Estimate, Settings, estimate
+from vllm_fleet.memory import CURRENT_VLLM, GIB, Device, Estimate, Settings, estimate, known_release
 from vllm_fleet.model_spec import ModelSpec
 from vllm_fleet.render import (
     DEFAULT_PORT,
@@ -62,6 +62,13 @@ class Wishes:
     model_ref: str | None = None
     served_model_name: str | None = None
     port: int = DEFAULT_PORT
+    # The vLLM release that will run (image tag, venv pin, memory accounting).
+    vllm_version: str = CURRENT_VLLM
+    # How multi-node instances run: auto, ray or native (see choose_executor).
+    multinode_backend: str = "auto"
+    # Whether the serving environment has Ray (an image built with it, or a venv that
+    # gets it); None: unknown, auto then never picks Ray unless native cannot work.
+    ray_available: bool | None = None
 
     def allows(self, strategy: str) -> bool:
         allowed = self.strategies or ALL_STRATEGIES
@@ -163,6 +170,7 @@ class _Planner:
             kv_cache_dtype=w.kv_cache_dtype,
             enforce_eager=w.enforce_eager,
             layer_partition=partition,
+            vllm_version=w.vllm_version,
         )
 
     def _estimate(
@@ -561,6 +569,46 @@ class _Planner:
         return "; or ".join(hints)
 
 
+BACKENDS = ("auto", "ray", "native")
+
+
+def choose_executor(name: str, gpus_per_node: dict[str, int], dp: int, wishes: Wishes) -> tuple[str, str]:
+    """How one instance runs, and why: ``mp`` (one node, vLLM's own processes),
+    ``dp`` (DP ranks on every node, the others headless), ``native`` (``--nnodes``,
+    no Ray) or ``ray`` (``--distributed-executor-backend ray`` on the head)."""
+    backend = wishes.multinode_backend
+    if backend not in BACKENDS:
+        raise PlanError(
+            "vllm_fleet_multinode_backend",
+            f"must be one of {list(BACKENDS)}, got {backend!r}",
+            "use auto, ray (vLLM on a Ray cluster) or native (vllm serve --nnodes on every node)",
+        )
+    if len(gpus_per_node) == 1:
+        return "mp", "one node: vLLM's own worker processes, no Ray"
+    if dp > 1:
+        return "dp", "DP across nodes: each node runs its local DP ranks, the head answers HTTP, no Ray"
+    even = len(set(gpus_per_node.values())) == 1
+    if backend == "native":
+        if not even:
+            raise PlanError(
+                "vllm_fleet_multinode_backend",
+                f"native needs the same GPU count on every node of {name} (vLLM: world_size % nnodes == 0), "
+                f"the plan has {gpus_per_node}",
+                "set vllm_fleet_multinode_backend: ray (or auto), or give the instance nodes of one size",
+            )
+        return "native", "vllm_fleet_multinode_backend: native (vllm serve --nnodes on every node, no Ray)"
+    if backend == "ray":
+        return "ray", "vllm_fleet_multinode_backend: ray (vLLM places its ranks on the Ray cluster)"
+    if not even:
+        return "ray", (
+            f"native multi-node needs the same GPU count on every node, the stages hold {gpus_per_node}: "
+            "Ray places the ranks"
+        )
+    if wishes.ray_available:
+        return "ray", "the serving environment has Ray (a derived image with Ray pinned): Ray places the ranks"
+    return "native", "no Ray in the serving environment: vLLM's own multi-node mode (--nnodes/--node-rank), no Ray"
+
+
 def _instance_dict(
     planner: _Planner,
     cand: Candidate,
@@ -577,7 +625,6 @@ def _instance_dict(
     served = wishes.served_model_name or spec.name.rstrip("/").split("/")[-1]
     nodes = [n for n, _ in inst]
     node_names = list(dict.fromkeys(n.name for n in nodes))
-    multi_node = len(node_names) > 1
     port = wishes.port + ports.get(nodes[0].name, 0)
     ports[nodes[0].name] = ports.get(nodes[0].name, 0) + 1
     stages = []
@@ -616,19 +663,32 @@ def _instance_dict(
             start += count
     custom = cand.pp > 1 and is_custom_partition(partition, spec.num_layers)
     kind = nodes[0].kind
+    name = f"{served}-{index}"
+    gpus_per_node: dict[str, int] = {}
+    for node, gpus in inst:
+        gpus_per_node[node.name] = gpus_per_node.get(node.name, 0) + gpus
+    executor, why = choose_executor(name, gpus_per_node, cand.dp, wishes)
+    head = nodes[0]
     args = vllm_args(
         model_ref,
         served,
         est,
         port=port,
-        multi_node=multi_node,
+        host=head.address or head.name,
+        executor=executor,
         device_kind=kind,
         quantization=wishes.quantization,
         dp_local=inst[0][1] if cand.dp > 1 else None,
     )
-    head = nodes[0]
+    if kind == "cpu":
+        # vLLM's CPU build takes the KV pool in bytes; each node's `vllm serve` passes its
+        # own to its workers (native, DP), so every stage gets the bytes planned for it.
+        for stage_dict, rank in zip(stages, _stage_ranks(est, len(stages), cand.dp > 1), strict=True):
+            stage_dict["kv_cache_memory_bytes"] = int(rank.kv_cache_gib * GIB)
     return {
-        "name": f"{served}-{index}",
+        "name": name,
+        "executor": executor,
+        "executor_reason": why,
         "strategy": cand.kind,
         "nodes": node_names,
         "head_node": head.name,
@@ -647,11 +707,20 @@ def _instance_dict(
         "max_num_seqs": est.max_num_seqs,
         "port": port,
         "endpoint": f"{head.address or head.name}:{port}",
+        "served_model_name": served,
+        "vllm_version": wishes.vllm_version,
         "vllm_args": args,
         "env": instance_env(est, custom),
         "memory": memory[id(est)] if id(est) in memory else memory.setdefault(id(est), est.to_dict()),
         "notes": est.notes,
     }
+
+
+def _stage_ranks(est: Estimate, count: int, dp: bool) -> list[Any]:
+    """The first rank of each stage (DP stages all hold the whole model)."""
+    if dp:
+        return [est.ranks[0]] * count
+    return [next(r for r in est.ranks if r.pp_stage == s) for s in range(count)]
 
 
 def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = None) -> dict[str, Any]:
@@ -683,6 +752,9 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
         )
     planner = _Planner(spec, nodes, wishes)
     best = planner.run()
+    unknown_release = known_release(wishes.vllm_version)
+    if unknown_release:
+        planner.warnings.append(unknown_release)
     used: dict[str, int] = {}
     ports: dict[str, int] = {}
     memory: dict[int, dict[str, Any]] = {}
@@ -699,9 +771,14 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
     return {
         "model": spec.name,
         "model_source": spec.source,
+        "vllm_version": wishes.vllm_version,
         "summary": summary,
         "strategy": best.kind,
         "cluster": {"nodes": len(nodes), "gpus": total_gpus, "gpu_types": sorted({n.gpu for n in nodes})},
+        "nodes": [
+            {"name": n.name, "gpu": n.gpu, "gpu_count": n.gpu_count, "address": n.address, "interface": n.interface}
+            for n in nodes
+        ],
         "instances": instances,
         "gateway": {
             "enabled": len(instances) > 1,

