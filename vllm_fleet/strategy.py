@@ -28,6 +28,7 @@ from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.memory import CURRENT_VLLM, GIB, Device, Estimate, Settings, estimate, known_release
 from vllm_fleet.model_spec import ModelSpec
+from vllm_fleet.names import check_served_name
 from vllm_fleet.render import (
     DEFAULT_PORT,
     instance_env,
@@ -622,7 +623,8 @@ def _instance_dict(
     spec = planner.spec
     wishes = planner.wishes
     model_ref = wishes.model_ref or spec.name
-    served = wishes.served_model_name or spec.name.rstrip("/").split("/")[-1]
+    # Checked: the name lands in env files, unit descriptions and vLLM's argv.
+    served = check_served_name(wishes.served_model_name or spec.name.rstrip("/").split("/")[-1])
     nodes = [n for n, _ in inst]
     node_names = list(dict.fromkeys(n.name for n in nodes))
     port = wishes.port + ports.get(nodes[0].name, 0)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT
+import jinja2
+import pytest
+
+from tests.conftest import ROOT, load_script
 
 SCRIPT = ROOT / "roles/vllm_server/files/supervise.py"
 
@@ -60,3 +64,82 @@ def test_a_failing_command_is_restarted_and_counted(tmp_path: Path) -> None:
     assert "exited with 3, restarting" in (tmp_path / "t.log").read_text()
     _call(tmp_path, "stop")
     assert _call(tmp_path, "status")["running"] is False
+
+
+# A value with everything an environment file must carry: spaces (leading and trailing too),
+# both quotes, $ and ${...} (never expanded), #, ;, a backtick, backslashes, %.
+TRICKY = " a \"b\" 'c' $HOME ${PATH} #d ;e `f` \\g\\ 100% "
+supervise = load_script(SCRIPT)
+
+
+@pytest.mark.parametrize(
+    ("text", "env"),
+    [
+        ("A=1\nB=two words\n", {"A": "1", "B": "two words"}),
+        ("A=  padded  \n", {"A": "padded"}),
+        ('A="  kept  "\n', {"A": "  kept  "}),
+        ("A='single $x \\n'\n", {"A": "single $x \\n"}),
+        ('A="q \\" b \\\\ d \\$ t \\` x \\n"\n', {"A": 'q " b \\ d $ t ` x \\n'}),
+        ('A="$HOME ${PATH}"\n', {"A": "$HOME ${PATH}"}),
+        ("A=x #not a comment\n", {"A": "x #not a comment"}),
+        ("# comment\n; comment\n  # indented\nA=1\n", {"A": "1"}),
+        ("A=1\nno equals sign\nB=2\n", {"A": "1", "B": "2"}),
+        ("A=un\\ quoted\\\\\n", {"A": "un quoted\\"}),
+        ("A=line \\\ncontinued\n", {"A": "line continued"}),
+        ('A="multi\nline"\n', {"A": "multi\nline"}),
+        ("A=\nB=\"\"\n", {"A": "", "B": ""}),
+        ("A=1\nA=2\n", {"A": "2"}),
+        ("A = spaced \n", {"A": "spaced"}),
+        ('A="no final newline"', {"A": "no final newline"}),
+        ("A=x\r\nB=y\r\n", {"A": "x", "B": "y"}),
+    ],
+    ids=[
+        "plain", "unquoted-trimmed", "double-quoted-kept", "single-quoted-verbatim", "double-quote-escapes",
+        "no-expansion", "hash-inside-value", "comments", "line-without-equals", "unquoted-backslash",
+        "unquoted-continuation", "double-quoted-newline", "empty", "last-wins", "spaces-around-equals",
+        "no-final-newline", "crlf",
+    ],
+)  # fmt: skip
+def test_parse_env_reads_systemd_environment_files(text: str, env: dict[str, str]) -> None:
+    assert supervise.parse_env(text) == env
+
+
+def _render_env_file(mode: str, env: dict[str, str]) -> str:
+    """roles/vllm_server/templates/launch.env.j2 as Ansible renders it (trim_blocks)."""
+    environment = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    environment.filters["regex_replace"] = lambda value, pattern, replacement="": re.sub(pattern, replacement, value)
+    template = environment.from_string((ROOT / "roles/vllm_server/templates/launch.env.j2").read_text())
+    launch = {"name": "vllm-t-0", "instance": "t-0", "role": "head", "serves": True, "env": env}
+    return template.render(
+        ansible_managed="Ansible managed", item=launch, vllm_server_env={}, __vllm_server_mode=mode,
+        vllm_server_api_key='k"$ey\\', vllm_server_hf_token="",
+    )  # fmt: skip
+
+
+def test_the_env_file_template_and_the_supervisor_agree_on_every_value() -> None:
+    env = {"TRICKY": TRICKY, "PLAIN": "1", "EMPTY": "", "NUMBER": "8000"}
+    text = _render_env_file("process", env)
+    assert supervise.parse_env(text) == {**env, "VLLM_API_KEY": 'k"$ey\\'}
+    assert 'TRICKY=" a \\"b\\" \'c\' \\$HOME \\${PATH} #d ;e \\`f\\` \\\\g\\\\ 100% "' in text.splitlines()
+
+
+def test_the_container_env_file_stays_literal() -> None:
+    # community.docker reads KEY=VALUE literally: no quotes may be added for it.
+    text = _render_env_file("container", {"A": 'x "y" $z'})
+    assert 'A=x "y" $z' in text.splitlines() and 'VLLM_API_KEY=k"$ey\\' in text.splitlines()
+
+
+def test_a_supervised_command_gets_the_values_exactly(tmp_path: Path) -> None:
+    env = tmp_path / "t.env"
+    env.write_text(_render_env_file("process", {"TRICKY": TRICKY}))
+    out = tmp_path / "seen"
+    cmd = [
+        sys.executable,
+        "-c",
+        f"import os, time; open({str(out)!r}, 'w').write(os.environ['TRICKY']); time.sleep(60)",
+    ]
+    _call(tmp_path, "start", "--env-file", str(env), "--", *cmd)
+    try:
+        assert _wait_for(lambda: out.exists() and out.read_text() == TRICKY), out.read_text() if out.exists() else None
+    finally:
+        _call(tmp_path, "stop")

@@ -42,6 +42,8 @@ print(
             "statuses": sorted({call("/v1/completions", body={})[0] for _ in range(10)}),
             "no_key": call("/v1/completions", key=None, body={})[0],
             "wrong_key": call("/v1/completions", key="wrong", body={})[0],
+            "key_in_other_case": call("/v1/completions", key=KEY.swapcase(), body={})[0],
+            "key_with_a_suffix": call("/v1/completions", key=KEY + "x", body={})[0],
             "health_no_key": call("/health", key=None)[0],
             "stream": stream(),
         }
