@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how multi-node instances run (auto: native unless --ray-available or uneven nodes)",
     )
     plan.add_argument("--ray-available", action="store_true", help="the serving image or venv has Ray")
+    plan.add_argument("--data-parallel-size", "-dp", type=_positive_int, default=None, help="force DP ranks")
     plan.add_argument("--vllm-version", default=CURRENT_VLLM, help="the vLLM release that will run (default: current)")
     plan.add_argument("--node", help="print this node's deployment record (JSON) instead of the plan")
     plan.add_argument(
@@ -212,6 +213,7 @@ def run_plan(args: argparse.Namespace) -> int:
         strategies=tuple(args.strategy) if args.strategy else None,
         model_ref=args.model,
         multinode_backend=args.multinode_backend,
+        data_parallel_size=args.data_parallel_size,
         ray_available=args.ray_available,
         vllm_version=args.vllm_version,
     )

@@ -69,6 +69,8 @@ VARIABLES: tuple[Var, ...] = (
     V("kv_cache_dtype", "choice", "auto", "all", "KV cache dtype", ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")),
     V("tensor_parallel_size", "int", None, "all", "force TP", minimum=1, maximum=1024),
     V("pipeline_parallel_size", "int", None, "all", "force PP", minimum=1, maximum=1024),
+    V("data_parallel_size", "int", None, "all", "force DP ranks (dense models: TP=1 copies behind one server)",
+      minimum=1, maximum=1024),
     V("allow_cross_node_tp", "bool", False, "all", "allow TP across nodes (else PP across nodes)"),
     V("max_num_seqs", "int", None, "all", "as vllm serve --max-num-seqs", minimum=1),
     V("enforce_eager", "bool", False, "all", "no CUDA graphs"),
@@ -231,7 +233,7 @@ def wishes(settings: Mapping[str, Any], role_vars: Mapping[str, Any] | None = No
     role = dict(role_vars or {})
     keys = (
         "max_model_len", "gpu_memory_utilization", "dtype", "quantization", "kv_cache_dtype",
-        "tensor_parallel_size", "pipeline_parallel_size", "allow_cross_node_tp", "max_num_seqs",
+        "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "allow_cross_node_tp", "max_num_seqs",
         "enforce_eager", "target_concurrency", "served_model_name", "port", "vllm_version", "multinode_backend",
     )  # fmt: skip
     out = {k: settings.get(k) for k in keys if settings.get(k) is not None}

@@ -65,6 +65,9 @@ class Wishes:
     port: int = DEFAULT_PORT
     # The vLLM release that will run (image tag, venv pin, memory accounting).
     vllm_version: str = CURRENT_VLLM
+    # Force data parallelism for a dense model: DP ranks of TP=1 behind one API server,
+    # across as many nodes as it takes (MoE models get DP + EP from dp_ep by themselves).
+    data_parallel_size: int | None = None
     # How multi-node instances run: auto, ray or native (see choose_executor).
     multinode_backend: str = "auto"
     # Whether the serving environment has Ray (an image built with it, or a venv that
@@ -456,6 +459,29 @@ class _Planner:
                     self._reject("dp_ep", 1, 1, f"on {gpus} {dev.name}: {est.reason}", dp=gpus, ep=True)
                 nodes_used *= 2
 
+    def dense_dp(self) -> None:
+        """DP ranks of a dense model (each rank a whole copy, TP=1), only when asked."""
+        dp = self.wishes.data_parallel_size
+        if not dp or dp < 2 or self.spec.is_moe:
+            return
+        for group in self.groups.values():
+            dev = group[0].device()
+            per_node = min(n.gpu_count for n in group)
+            if dp % per_node and dp > per_node:
+                self._reject("dp", 1, 1, f"DP={dp} is not a multiple of the {per_node} GPUs per node", dp=dp)
+                continue
+            nodes_used = max(1, dp // per_node)
+            if nodes_used > len(group):
+                self._reject("dp", 1, 1, f"DP={dp} needs {nodes_used} {dev.name} nodes, {len(group)} exist", dp=dp)
+                continue
+            est = self._estimate([dev], 1, 1, dp=dp, ep=False, nvlink=group[0].nvlink)
+            if not est.fits:
+                self._reject("dp", 1, 1, f"on {dp} {dev.name}: {est.reason}", dp=dp)
+                continue
+            local = min(per_node, dp)
+            instances = [[(node, local) for node in group[:nodes_used]]]
+            self.candidates.append(Candidate("dp", 1, 1, dp, False, instances, [est], nodes_used - 1))
+
     def cross_node_tp(self) -> None:
         for group in self.groups.values():
             if len(group) < 2:
@@ -505,7 +531,24 @@ class _Planner:
         self.mixed_pp()
         self.mixed_instances()
         self.dp_ep()
+        self.dense_dp()
         self.cross_node_tp()
+        if self.wishes.data_parallel_size and self.wishes.data_parallel_size > 1:
+            forced = [c for c in self.candidates if c.dp == self.wishes.data_parallel_size]
+            if not forced:
+                dp_reasons = [r["reason"] for r in self.rejected if r.get("layout", "").startswith("dp")]
+                total = sum(n.gpu_count for n in self.nodes)
+                raise PlanError(
+                    "vllm_fleet_data_parallel_size",
+                    f"DP={self.wishes.data_parallel_size} cannot run: "
+                    + (dp_reasons[-1] if dp_reasons else "no DP layout was possible"),
+                    f"use a DP size of nodes x GPUs per node of one GPU type (at most {total} here), or unset it",
+                )
+            for other in [c for c in self.candidates if c not in forced]:
+                self._reject(
+                    other.kind, other.tp, other.pp, f"data_parallel_size={self.wishes.data_parallel_size} asked"
+                )
+            self.candidates = forced
         if not self.candidates:
             raise NothingFitsError("model", self._nothing_fits(), self._what_would_fit())
         target = self.wishes.target_concurrency

@@ -84,6 +84,7 @@ _WISH_KEYS = {
     "model_ref",
     "vllm_version",
     "multinode_backend",
+    "data_parallel_size",
     "ray_available",
 }
 
@@ -104,6 +105,7 @@ def _clean(wishes: dict[str, Any] | None) -> dict[str, Any]:
         "max_model_len",
         "tensor_parallel_size",
         "pipeline_parallel_size",
+        "data_parallel_size",
         "max_num_seqs",
         "target_concurrency",
         "port",

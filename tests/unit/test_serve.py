@@ -234,3 +234,31 @@ def test_compare_and_table() -> None:
     table = verify_table(rows).splitlines()
     assert table[0].split()[:3] == ["endpoint", "via", "layout"]
     assert "FAIL" in table[3] and "50 ms" in table[2] and "1,010" in table[3]
+
+
+def test_dense_dp_across_two_nodes_when_asked() -> None:
+    nodes = [
+        {"name": f"node{i}", "gpu": "cpu", "gpu_count": 1, "gpu_memory_gib": 1, "address": f"10.0.0.{i}"}
+        for i in (1, 2)
+    ]
+    tiny = str(FIXTURES.parent.parent.parent / "inventories/local/files/tiny-llama")
+    plan = plan_cluster(load_model(tiny), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=1024))
+    assert all(i["executor"] == "mp" for i in plan["instances"])  # not asked: replicas
+    plan = plan_cluster(
+        load_model(tiny), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=1024, data_parallel_size=2)
+    )
+    (inst,) = plan["instances"]
+    assert (inst["executor"], inst["data_parallel_size"], inst["nodes"]) == ("dp", 2, ["node1", "node2"])
+    assert "--enable-expert-parallel" not in inst["vllm_args"]
+    (head,) = launches(plan["instances"], "node1")
+    (other,) = launches(plan["instances"], "node2")
+    assert head["argv"][-6:] == [
+        "--data-parallel-size-local", "1", "--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "13345"
+    ]  # fmt: skip
+    assert other["argv"][-3:] == ["--headless", "--data-parallel-start-rank", "1"] and not other["serves"]
+    with pytest.raises(
+        PlanError, match="vllm_fleet_data_parallel_size: DP=3 cannot run: DP=3 needs 3 CPU nodes, 2 exist"
+    ):
+        plan_cluster(
+            load_model(tiny), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=1024, data_parallel_size=3)
+        )
