@@ -315,4 +315,4 @@ def _sources(
     """Who may reach this node's vLLM ports: its instances' members and the gateway host."""
     names = {n for i in here for n in i["nodes"]} | {gateway["host"]}
     by_name = {n["name"]: n.get("address") for n in plan.get("nodes") or []}
-    return sorted({str(addresses.get(n) or by_name.get(n) or n) for n in names})
+    return sorted({str(by_name.get(n) or addresses.get(n) or n) for n in names})

@@ -6,11 +6,9 @@ process was restarted with the new settings; a further run changes nothing.
 
 - dockerd on node1 (the docker role): daemon.json gets a label; `docker info`
   shows it only after the restart.
-- two systemd units on node1 (the vllm_server role, systemd runtime) running a
-  stand-in for the vllm CLI (a tiny /health server) from a venv path the test
-  fills, so no vLLM is installed: a new API key written to the serving launch's
-  environment file restarts that unit (its /proc/<pid>/environ has the new key)
-  and leaves the other one alone.
+- vLLM's units are checked the same way on a real deployment:
+  tests/system/test_multinode.py (both ranks' environment files written by hand,
+  the re-run restarts the group although the files are unchanged).
 """
 
 from __future__ import annotations
@@ -41,38 +39,6 @@ DOCKER_OPTIONS: dict[str, object] = {
     "bridge": "none",
 }
 LABEL = "vllm-fleet.test=interrupted"
-
-VENV = "/opt/vf-interrupted/venv"
-CONFIG_DIR = "/etc/vf-interrupted"
-STATE_DIR = "/var/lib/vf-interrupted"
-STAND_IN = '''#!/usr/bin/python3
-"""A stand-in for the vllm CLI: --version, and `serve ... --port N` answering /health."""
-import http.server
-import sys
-
-if "--version" in sys.argv:
-    print("0.0.0+stand-in")
-    sys.exit(0)
-port = int(sys.argv[sys.argv.index("--port") + 1])
-
-
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-'''
-# The serving launch gets VLLM_API_KEY in its environment file; the other one does not.
-LAUNCHES = [
-    {"name": f"vllm-vfint-{n}", "instance": f"vfint-{n}", "argv": ["vllm", "serve", "stand-in", "--port", str(port)],
-     "env": {}, "port": port, "serves": serves, "role": "replica", "node_rank": 0, "predicted_kv_tokens": 0}
-    for n, port, serves in (("a", 18311, True), ("b", 18312, False))
-]  # fmt: skip
 
 
 def _ssh(command: str, stdin: str | None = None, check: bool = True) -> str:
@@ -135,52 +101,3 @@ def test_docker_restarts_for_a_daemon_json_an_interrupted_run_wrote(test_hosts: 
     finally:
         # Leave node1's dockerd without the label, whatever failed above.
         _edit_daemon_json('d.pop("labels", None)', then="systemctl restart docker", check=False)
-
-
-def _vllm_vars(key: str, **extra: object) -> dict[str, object]:
-    return {
-        "vllm_server_launches": LAUNCHES,
-        "vllm_server_runtime": "systemd",
-        "vllm_server_supervisor": "systemd",
-        "vllm_server_package": "",  # the venv holds the stand-in: nothing is installed
-        "vllm_server_venv": VENV,
-        "vllm_server_config_dir": CONFIG_DIR,
-        "vllm_server_state_dir": STATE_DIR,
-        "vllm_server_api_key": key,
-        "vllm_server_hf_token": "",
-        "vllm_server_wait": False,  # the stand-in prints no KV cache line
-        **extra,
-    }
-
-
-def _api_key_of(pid: int) -> str:
-    return _ssh(f"tr '\\0' '\\n' < /proc/{pid}/environ | sed -n 's/^VLLM_API_KEY=//p'").strip()
-
-
-def test_a_unit_restarts_for_an_environment_file_an_interrupted_run_wrote(test_hosts: Hosts, tmp_path: Path) -> None:
-    serving, other = (f"vllm-fleet-{launch['name']}.service" for launch in LAUNCHES)
-    _ssh(f"install -D -m 0755 /dev/stdin {VENV}/bin/vllm", stdin=STAND_IN)
-    role = {"roles": ["vllm_server"]}
-    try:
-        _run(_play(tmp_path / "a.yml", role, _vllm_vars("key-a-1f3e")))
-        pids = _main_pid(serving), _main_pid(other)
-        assert all(pids) and _api_key_of(pids[0]) == "key-a-1f3e"
-
-        # The stopped run wrote the environment files for the new key (the role's own env.yml) and restarted nothing.
-        env_only = {"tasks": [{"ansible.builtin.include_role": {"name": "vllm_server", "tasks_from": "env.yml"}}]}
-        _run(_play(tmp_path / "env.yml", env_only, _vllm_vars("key-b-9c2d", __vllm_server_mode="systemd")))
-        assert (_main_pid(serving), _main_pid(other)) == pids
-        assert "key-b-9c2d" in _ssh(f"cat {CONFIG_DIR}/{LAUNCHES[0]['name']}.env")
-
-        b = _play(tmp_path / "b.yml", role, _vllm_vars("key-b-9c2d"))
-        assert _run(b) > 0
-        restarted = _main_pid(serving)
-        assert restarted not in (0, pids[0]), "the serving unit was not restarted for its environment file"
-        assert _api_key_of(restarted) == "key-b-9c2d"
-        assert _main_pid(other) == pids[1], "the unit whose files did not change was restarted"
-
-        assert _run(b) == 0
-        assert (_main_pid(serving), _main_pid(other)) == (restarted, pids[1])
-    finally:
-        run_playbook(_play(tmp_path / "absent.yml", role, _vllm_vars("", vllm_server_state="absent")), nodes.INVENTORY)
-        _ssh(f"rm -rf /opt/vf-interrupted {CONFIG_DIR} {STATE_DIR}", check=False)
