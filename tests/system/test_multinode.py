@@ -262,3 +262,26 @@ def test_ray_backend_attaches_then_vllm_refuses_ray_on_the_cpu(native_pp: Deploy
     )
     assert "Connected to Ray cluster" in journal and CPU_REFUSAL in journal, journal
     assert _ssh("node2", f"systemctl is-active {UNIT} || true").strip() != "active", "node2 still runs a rank"
+
+
+def test_dp2_across_two_hosts_with_a_headless_second_rank(native_pp: Deployment) -> None:
+    """Dense DP=2 on the same hosts (equal memory so both nodes are one GPU type): the dp
+    executor, node2 headless from DP rank 1; vLLM's CPU build serves it."""
+    dp = json.dumps(
+        {"vllm_fleet_gpu_memory_gib": 1, "vllm_fleet_pipeline_parallel_size": None, "vllm_fleet_data_parallel_size": 2}
+    )
+    start = time.monotonic()
+    done = run_site(native_pp.inventory, native_pp.artifacts, "-e", dp, timeout=1200)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    print(f"\n[multinode] re-plan to DP=2 across two hosts, verified: {time.monotonic() - start:.0f} s")
+    (inst,) = json.loads((native_pp.artifacts / "plan.json").read_text())["instances"]
+    assert (inst["executor"], inst["data_parallel_size"], inst["nodes"]) == ("dp", 2, ["node1", "node2"])
+    rows = json.loads((native_pp.artifacts / "verify.json").read_text())
+    assert all(r["ok"] for r in rows), rows
+    assert rows[1]["kv"]["reported"] == rows[1]["kv"]["predicted"] == inst["memory"]["kv_cache_tokens"], rows
+    argv = _ssh("node2", "tr '\\0' ' ' < /proc/$(pgrep -f '[b]in/vllm serve' | head -1)/cmdline")
+    assert "--headless --data-parallel-start-rank 1" in argv and "--data-parallel-address 10.77.0.11" in argv, argv
+    journal = _ssh(
+        "node2", f"journalctl -u {UNIT} --no-pager -o cat | grep -m1 'EngineCore_DP1.*KV cache size' || true"
+    )
+    assert "KV cache size" in journal, "node2 runs no DP rank 1 engine"
