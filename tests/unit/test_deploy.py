@@ -361,3 +361,13 @@ def test_through_the_filter_plugin(eight_layers: Path) -> None:
     plan["instances"].append(dict(plan["instances"][0], name="tiny-llama-8-1"))
     with pytest.raises(AnsibleFilterError, match="vllm_fleet_multinode_backend: node1 has stages"):
         filters["vllm_fleet_node"](plan, "node1", _settings(model=str(eight_layers)), {})
+
+
+def test_an_empty_vllm_package_keeps_the_installed_vllm() -> None:
+    assert interface.resolve({"vllm_fleet_vllm_package": ""})["vllm_package"] == ""
+    assert interface.resolve({})["vllm_package"] is None
+    nodes = [{"name": "h", "gpu": "H100-SXM", "gpu_count": 1, "address": "127.0.0.1"}]
+    plan = plan_cluster(load_model(str(TINY)), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=1024))
+    kept = deploy.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": ""}))
+    pinned = deploy.node_record(plan, "h", interface.resolve({}))
+    assert (kept["vllm"]["package"], pinned["vllm"]["package"]) == ("", "vllm==0.32.0")
