@@ -198,29 +198,6 @@ def test_killing_the_headless_rank_restarts_the_group_as_one(native_pp: Deployme
     assert verify.returncode == 0, verify.stdout[-4000:]
 
 
-def test_an_interrupted_run_still_restarts_the_group(native_pp: Deployment) -> None:
-    """A run stopped after writing the environment files but before restarting: the
-    files are as the next run wants them, so only the recorded hash of what each unit
-    was started with shows that the running ranks are stale."""
-    env_file = "/etc/vllm-fleet/vllm/vllm-tiny-llama-0.env"
-    line = 'ZZ_VLLM_FLEET_RUN="2"'  # sorts last: where the template puts it
-    sums = {}
-    for node in ("node1", "node2"):
-        _ssh(node, f"echo '{line}' >> {env_file}")
-        sums[node] = _ssh(node, f"sha256sum {env_file}").split()[0]
-        assert "ZZ_VLLM_FLEET_RUN" not in _serving_environ(node)
-    rerun = run_site(
-        native_pp.inventory, native_pp.artifacts, "-e", '{"vllm_fleet_extra_env": {"ZZ_VLLM_FLEET_RUN": "2"}}',
-        timeout=900,
-    )  # fmt: skip
-    assert rerun.returncode == 0, rerun.stdout[-4000:]
-    for node in ("node1", "node2"):
-        assert _ssh(node, f"sha256sum {env_file}").split()[0] == sums[node], f"{node}: the re-run rewrote the file"
-        assert _serving_environ(node).get("ZZ_VLLM_FLEET_RUN") == "2", f"{node} still runs its old environment"
-    rows = json.loads((native_pp.artifacts / "verify.json").read_text())
-    assert all(r["ok"] for r in rows), rows
-
-
 def test_doctor_passes_on_the_deployment_and_names_a_planted_fault(native_pp: Deployment) -> None:
     def doctor() -> tuple[int, dict[str, dict[str, str]]]:
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
@@ -262,6 +239,29 @@ def test_ray_backend_attaches_then_vllm_refuses_ray_on_the_cpu(native_pp: Deploy
     )
     assert "Connected to Ray cluster" in journal and CPU_REFUSAL in journal, journal
     assert _ssh("node2", f"systemctl is-active {UNIT} || true").strip() != "active", "node2 still runs a rank"
+
+
+def test_an_interrupted_run_still_restarts_the_group(native_pp: Deployment) -> None:
+    """A run stopped after writing the environment files but before restarting: the
+    files are as the next run wants them, so only the recorded hash of what each unit
+    was started with shows that the running ranks are stale."""
+    env_file = "/etc/vllm-fleet/vllm/vllm-tiny-llama-0.env"
+    line = 'ZZ_VLLM_FLEET_RUN="2"'  # sorts last: where the template puts it
+    sums = {}
+    for node in ("node1", "node2"):
+        _ssh(node, f"echo '{line}' >> {env_file}")
+        sums[node] = _ssh(node, f"sha256sum {env_file}").split()[0]
+        assert "ZZ_VLLM_FLEET_RUN" not in _serving_environ(node)
+    rerun = run_site(
+        native_pp.inventory, native_pp.artifacts, "-e", '{"vllm_fleet_extra_env": {"ZZ_VLLM_FLEET_RUN": "2"}}',
+        timeout=900,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    for node in ("node1", "node2"):
+        assert _ssh(node, f"sha256sum {env_file}").split()[0] == sums[node], f"{node}: the re-run rewrote the file"
+        assert _serving_environ(node).get("ZZ_VLLM_FLEET_RUN") == "2", f"{node} still runs its old environment"
+    rows = json.loads((native_pp.artifacts / "verify.json").read_text())
+    assert all(r["ok"] for r in rows), rows
 
 
 def test_dp2_across_two_hosts_with_a_headless_second_rank(native_pp: Deployment) -> None:
