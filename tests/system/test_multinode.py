@@ -245,6 +245,9 @@ def test_an_interrupted_run_still_restarts_the_group(native_pp: Deployment) -> N
     """A run stopped after writing the environment files but before restarting: the
     files are as the next run wants them, so only the recorded hash of what each unit
     was started with shows that the running ranks are stale."""
+    # Back to the native deployment first (the Ray check before this one left its own).
+    restored = run_site(native_pp.inventory, native_pp.artifacts, timeout=1200)
+    assert restored.returncode == 0, restored.stdout[-4000:]
     env_file = "/etc/vllm-fleet/vllm/vllm-tiny-llama-0.env"
     line = 'ZZ_VLLM_FLEET_RUN="2"'  # sorts last: where the template puts it
     sums = {}
