@@ -44,6 +44,18 @@ def run_site(inventory: Path, artifacts: Path, *extra: str, timeout: float = 600
     return run_playbook("site.yml", inventory, "-e", f"vllm_fleet_artifacts_dir={artifacts}", *extra, timeout=timeout)
 
 
+def failures(done: subprocess.CompletedProcess[str], tail: int = 4000) -> str:
+    """What to show when a playbook run fails: every failed task's block (the first is
+    usually the cause, and scrolls out of a plain tail), then the end of the output."""
+    lines = done.stdout.splitlines()
+    blocks: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith(("fatal: [", "failed: [")) or "[ERROR]: Task failed" in line:
+            blocks.append("\n".join(lines[max(0, i - 2) : i + 25]))
+    head = "\n---\n".join(blocks[:4])
+    return f"{head}\n=== end of output ===\n{done.stdout[-tail:]}{done.stderr[-2000:]}"
+
+
 def load_script(path: Path) -> ModuleType:
     """Import a standalone script (a role's files/*.py) as a module, to test its functions."""
     spec = importlib.util.spec_from_file_location(path.stem, path)

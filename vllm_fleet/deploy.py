@@ -186,6 +186,9 @@ def node_record(
         inst = next(i for i in here if i["name"] == launch["instance"])
         launch["group"] = _group(inst, settings)
         launch["wrapper"] = _wrapper(launch, server_vars["state_dir"])
+        # The head re-forms its group when a member restarts after it (a re-run restarts
+        # the members one by one): the start-up wait allows one restart per member.
+        launch["regroups"] = launch["group"]["size"] - 1 if launch["wrapper"] else 0
         if launch["executor"] == "ray" and ray is not None:
             if ray["auth"]:
                 launch["env"] = dict(sorted({**launch["env"], "RAY_AUTH_MODE": "token",

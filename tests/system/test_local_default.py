@@ -13,7 +13,7 @@ import secrets
 import socket
 from pathlib import Path
 
-from tests.conftest import ROOT, run_playbook
+from tests.conftest import ROOT, failures, run_playbook
 from tests.system.secrets_watch import Watch, holders
 from tests.system.test_site_on_hosts import _recap
 
@@ -36,7 +36,7 @@ def test_local_default_serves_verifies_and_never_shows_the_key(tmp_path: Path) -
     artifacts = f"vllm_fleet_artifacts_dir={tmp_path}"
     try:
         first = run_playbook("site.yml", INVENTORY, "-e", artifacts, env=env, timeout=1800)
-        assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-2000:]
+        assert first.returncode == 0, failures(first)
         assert token not in first.stdout + first.stderr, "site.yml printed the API key"
         rows = json.loads((tmp_path / "verify.json").read_text())
         assert [(r["via"], r["ok"]) for r in rows] == [("gateway", True), ("direct", True)], rows
@@ -54,7 +54,7 @@ def test_local_default_serves_verifies_and_never_shows_the_key(tmp_path: Path) -
         assert any(VLLM in p.cmdline for p in before.values()), "vLLM does not run with this key (VLLM_API_KEY)"
         with Watch(token.encode(), allowed_roots=set(before) | {os.getpid()}) as watch:
             verified = run_playbook("site.yml", INVENTORY, "--tags", "verify", "-vvv", "-e", artifacts, env=env)
-        assert verified.returncode == 0, verified.stdout[-6000:] + verified.stderr[-2000:]
+        assert verified.returncode == 0, failures(verified)
         assert "endpoint(s) verified" in verified.stdout
         output = verified.stdout + verified.stderr
         assert token not in output, [line.replace(token, "<KEY>") for line in output.splitlines() if token in line][:5]
@@ -62,9 +62,9 @@ def test_local_default_serves_verifies_and_never_shows_the_key(tmp_path: Path) -
         assert watch.findings == [], sorted(set(watch.findings))[:20]
 
         again = run_playbook("site.yml", INVENTORY, "-e", artifacts, env=env, timeout=900)
-        assert again.returncode == 0, again.stdout[-4000:]
+        assert again.returncode == 0, failures(again)
         assert _recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-4000:]
     finally:
         down = run_playbook("playbooks/teardown.yml", INVENTORY)
-        assert down.returncode == 0, down.stdout[-3000:]
+        assert down.returncode == 0, failures(down)
     assert not any(_listening(p) for p in (8000, 8080, 6379)), "vLLM, the gateway or Ray still listens after teardown"

@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT, run_playbook
+from tests.conftest import ROOT, failures, run_playbook
 from tests.hosts import nodes
 from tests.hosts.common import SSH_OPTIONS
 from tests.hosts.engine import docker, ray_image_name
@@ -61,7 +61,7 @@ def _systemd_cluster(path: Path, hosts: Hosts, env_by_node: dict[str, dict[str, 
 def _converge(inventory: Path, token: Path) -> dict[str, int]:
     """Run the bench play (systemd runtime, 4 logical GPUs each); return changed= per host."""
     result = run_playbook(ROOT / "tests/bench/ray_join.yml", inventory, env={"VLLM_FLEET_BENCH_TOKEN": str(token)})
-    assert result.returncode == 0, result.stdout[-4000:]
+    assert result.returncode == 0, failures(result)
     return {h: int(c) for h, c in re.findall(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", result.stdout, re.MULTILINE)}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT, run_playbook, run_site
+from tests.conftest import ROOT, failures, run_playbook, run_site
 from tests.hosts.common import SSH_OPTIONS
 from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
@@ -80,7 +80,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     artifacts = tmp_path / "artifacts"
     first = run_site(inventory, artifacts, timeout=1500)
     output = first.stdout + first.stderr
-    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-2000:]
+    assert first.returncode == 0, failures(first)
     assert API_KEY not in output, "the API key was logged"
 
     rows = json.loads((artifacts / "verify.json").read_text())
@@ -92,7 +92,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
 
     # Same inventory again: nothing changes on any host.
     again = run_site(inventory, artifacts, timeout=900)
-    assert again.returncode == 0, again.stdout[-4000:]
+    assert again.returncode == 0, failures(again)
     recap = _recap(again.stdout)
     assert all(c["changed"] == 0 for c in recap.values()), {h: c["changed"] for h, c in recap.items()}
 
@@ -115,7 +115,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
         assert answer["usage"]["completion_tokens"] > 0  # type: ignore[index]
 
     down = run_playbook("playbooks/teardown.yml", inventory)
-    assert down.returncode == 0, down.stdout[-3000:]
+    assert down.returncode == 0, failures(down)
     for node in test_hosts.nodes:
         probe = subprocess.run(
             ssh_argv(node.name, "systemctl list-units --all --plain --no-legend 'vllm-fleet-*'; echo ---; "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT, run_playbook, run_site
+from tests.conftest import ROOT, failures, run_playbook, run_site
 from tests.hosts.common import SSH_OPTIONS
 from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
@@ -74,7 +74,7 @@ def _recap(stdout: str) -> dict[str, dict[str, int]]:
 def test_site_plans_for_the_hosts_and_reaches_every_one(test_hosts: Hosts, tmp_path: Path) -> None:
     inventory = _inventory(tmp_path / "hosts.yml", test_hosts)
     result = _site(inventory, tmp_path / "artifacts")
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert result.returncode == 0, failures(result)
     recap = _recap(result.stdout)
     for node in test_hosts.nodes:
         assert recap[node.name]["unreachable"] == 0 and recap[node.name]["failed"] == 0
@@ -115,7 +115,7 @@ def test_site_brings_up_ray_for_a_pipeline_across_the_hosts(test_hosts: Hosts, t
     }
     inventory = _inventory(tmp_path / "hosts.yml", test_hosts, extra, **gpus)
     result = _site(inventory, tmp_path / "artifacts")
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    assert result.returncode == 0, failures(result)
     plan = json.loads((tmp_path / "artifacts/plan.json").read_text())
     (inst,) = plan["instances"]
     assert inst["pipeline_parallel_size"] == 3 and "--distributed-executor-backend" in inst["vllm_args"]
@@ -126,7 +126,7 @@ def test_site_brings_up_ray_for_a_pipeline_across_the_hosts(test_hosts: Hosts, t
     again = _site(inventory, tmp_path / "artifacts")
     assert again.returncode == 0 and all(c["changed"] == 0 for c in _recap(again.stdout).values()), again.stdout[-3000:]
     down = run_playbook("playbooks/teardown.yml", inventory)
-    assert down.returncode == 0, down.stdout[-3000:]
+    assert down.returncode == 0, failures(down)
     for node in test_hosts.nodes:
         probe = subprocess.run(
             ssh_argv(node.name, "systemctl is-active vllm-fleet-ray.service; test -e /etc/vllm-fleet/ray"),

@@ -87,6 +87,7 @@ def test_local_default_record() -> None:
     assert rec["model_path"] == rec["build_model"] == "/var/lib/vllm-fleet/models/tiny-llama"
     (launch,) = rec["launches"]
     assert (launch["executor"], launch["wrapper"], launch["group"], launch["ipc"]) == ("mp", [], None, "")
+    assert launch["regroups"] == 0
     assert launch["argv"][:3] == ["vllm", "serve", "/var/lib/vllm-fleet/models/tiny-llama"]
     assert "--distributed-executor-backend" not in launch["argv"] and "ray_attach" not in launch
     assert launch["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"
@@ -125,6 +126,7 @@ def test_native_pp_over_two_cpu_nodes(eight_layers: Path) -> None:
     tail = ["--name", h["name"], "--state", STATE, "--max-restarts", "5", "--"]
     assert h["wrapper"] == ["python3", f"{STATE}/group.py", "--role", "head", "--bind", "10.77.0.11:29502", *tail]
     assert m["wrapper"] == ["python3", f"{STATE}/group.py", "--role", "member", "--head", "10.77.0.11:29502", *tail]
+    assert (h["regroups"], m["regroups"]) == (1, 1)  # the head may re-form the group once at start
     assert [(i["part"], i["node_rank"]) for i in head["instances"] + member["instances"]] == [
         ("head", 0), ("headless", 1),
     ]  # fmt: skip
@@ -161,7 +163,7 @@ def test_ray_executor_on_the_systemd_runtime(eight_layers: Path) -> None:
         "RAY_AUTH_TOKEN_PATH": TOKEN,
     }
     assert launch["ray_attach"] == {"nodes": 2, "gpus": 2, "address": "10.77.0.11:6379"}
-    assert (launch["wrapper"], launch["ipc"]) == ([], "")
+    assert (launch["wrapper"], launch["ipc"], launch["regroups"]) == ([], "", 0)  # Ray: a restart is a crash
     assert launch["volumes"] == ["/etc/vllm-fleet/ray:/etc/vllm-fleet/ray:ro"]
     assert worker["launches"] == []  # a Ray worker: the head's vllm serve places its ranks there
     assert [i["part"] for i in worker["instances"]] == ["ray worker"]

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """One check of a vLLM launch, for the role's wait loop: does /health answer
-200, and has the process crashed since it was started (restart count > 0, or
-not running at all)? Prints one JSON line; exit 0 always. Stdlib only.
+200, and has the process crashed since it was started (restarted more often than
+--regroups allows, or not running at all)? Prints one JSON line; exit 0 always.
+Stdlib only.
+
+A multi-node group's head restarts when a member leaves (group.py): a re-run that
+restarts the members one after another makes the head re-form the group up to once
+per member, so --regroups is the number of members (0 for a single-node launch).
 
     health.py --url URL --runtime container|systemd|process --name NAME [--state DIR] [--supervise PATH]
+              [--regroups N]
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ def run(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False).stdout.strip()
 
 
-def process_state(args: argparse.Namespace) -> tuple[bool, int]:
+def process_state(args: argparse.Namespace) -> tuple[bool, int, bool]:
+    """(running, restarts since started, waiting to be restarted)."""
     if args.runtime == "container":
-        out = run(["docker", "inspect", "-f", "{{.State.Running}} {{.RestartCount}}", args.name])
+        out = run(["docker", "inspect", "-f", "{{.State.Running}} {{.State.Restarting}} {{.RestartCount}}", args.name])
         if not out:
-            return False, 0
-        running, restarts = out.split()
-        return running == "true", int(restarts)
+            return False, 0, False
+        running, restarting, restarts = out.split()
+        return running == "true", int(restarts), restarting == "true"
     if args.runtime == "systemd":
         props = dict(
             line.split("=", 1)
@@ -44,11 +51,11 @@ def process_state(args: argparse.Namespace) -> tuple[bool, int]:
             if "=" in line
         )
         restarts = int(props.get("NRestarts") or 0)
-        if props.get("SubState") == "auto-restart":  # exited, waiting for RestartSec: it crashed
-            return False, restarts + 1
-        return props.get("ActiveState") in ("active", "activating", "reloading"), restarts
+        if props.get("SubState") == "auto-restart":  # exited, waiting for RestartSec: one more restart
+            return False, restarts + 1, True
+        return props.get("ActiveState") in ("active", "activating", "reloading"), restarts, False
     status = json.loads(run([sys.executable, args.supervise, "status", "--state", args.state, "--name", args.name]))
-    return bool(status["running"]), int(status.get("restarts", 0))
+    return bool(status["running"]), int(status.get("restarts", 0)), False
 
 
 def main() -> int:
@@ -58,10 +65,11 @@ def main() -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--state", default="")
     parser.add_argument("--supervise", default="")
+    parser.add_argument("--regroups", type=int, default=0)
     args = parser.parse_args()
     healthy = http_ok(args.url)
-    running, restarts = process_state(args)
-    crashed = not healthy and (not running or restarts > 0)
+    running, restarts, restarting = process_state(args)
+    crashed = not healthy and (restarts > args.regroups or not (running or restarting))
     print(json.dumps({"healthy": healthy, "running": running, "restarts": restarts, "crashed": crashed}))
     return 0
 
