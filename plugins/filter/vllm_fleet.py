@@ -46,7 +46,8 @@ options:
   wishes:
     description: Optional keys max_model_len, gpu_memory_utilization, dtype, quantization, kv_cache_dtype,
       tensor_parallel_size, pipeline_parallel_size, allow_cross_node_tp, max_num_seqs, enforce_eager,
-      target_concurrency, strategies, served_model_name, port.
+      target_concurrency, strategies, served_model_name, port, extra_env (the environment vLLM runs with,
+      which its start-up checks read, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN).
     type: dict
 """
 
@@ -86,6 +87,7 @@ _WISH_KEYS = {
     "multinode_backend",
     "data_parallel_size",
     "ray_available",
+    "extra_env",
 }
 
 
@@ -215,12 +217,27 @@ def vllm_fleet_node(
 
 
 def _own_vars(host_vars: Any) -> dict[str, Any]:
-    """A host's ``vllm_fleet_*`` variables, templated (Vault values are decrypted here)."""
-    return {
-        k: host_vars[k]
-        for k in list(host_vars.keys())
-        if str(k).startswith(interface.PREFIX) and k not in interface.DERIVED
-    }
+    """A host's ``vllm_fleet_*`` variables, templated (Vault values are decrypted here);
+    one that cannot be read (an undecryptable Vault value, a broken template) is named."""
+    out: dict[str, Any] = {}
+    for k in list(host_vars.keys()):
+        if not str(k).startswith(interface.PREFIX) or k in interface.DERIVED:
+            continue
+        try:
+            value = host_vars[k]
+            str(value)  # an undecryptable Vault value trips here, not on access
+            out[k] = value
+        except Exception as err:  # Ansible raises many kinds; the name is what matters
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise _Unreadable(
+                f"{k} cannot be read ({first}); fix: check its Vault password (--ask-vault-pass, "
+                "--vault-password-file) or its template"
+            ) from err
+    return out
+
+
+class _Unreadable(Exception):
+    """A variable whose value Ansible cannot produce."""
 
 
 def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
@@ -228,6 +245,7 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
     ``{"nodes": {name: settings}, "warnings": [...]}``; one line naming the field on a bad value."""
     per_node: dict[str, dict[str, Any]] = {}
     role_vars: dict[str, dict[str, Any]] = {}
+    hosts: dict[str, str | None] = {}
     warnings: list[str] = []
     for name in nodes:
         try:
@@ -236,7 +254,12 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
             role_vars[name] = {
                 k: hostvars[name][k] for k in list(hostvars[name].keys()) if str(k).startswith(interface.ROLE_PREFIXES)
             }
+            # The machine behind the name: two names for one machine are refused.
+            host = hostvars[name].get("ansible_host")
+            hosts[name] = str(host) if host else None
         except PlanError as err:
+            raise AnsibleFilterError(f"{name}: {err}") from err
+        except _Unreadable as err:
             raise AnsibleFilterError(f"{name}: {err}") from err
         except Exception as err:  # an undecryptable Vault value, a broken template
             raise AnsibleFilterError(f"{name}: a vllm_fleet_* variable cannot be read: {err}") from err
@@ -244,7 +267,7 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
             if line not in warnings:
                 warnings.append(line)
     try:
-        interface.check_nodes(per_node)
+        interface.check_nodes(per_node, role_vars, hosts)
     except PlanError as err:
         raise AnsibleFilterError(str(err)) from err
     first = nodes[0] if nodes else None
