@@ -20,7 +20,9 @@ _SM = {"volta": 7, "turing": 7, "ampere": 8, "ada": 8, "hopper": 9, "blackwell":
 MAX_NODES = 10_000
 MAX_GPUS_PER_NODE = 1024
 MAX_NIC_GBPS = 100_000.0
-# Every instance becomes a record in the plan: 65,536 GPUs plan in seconds.
+# Every instance becomes a record in the plan: the largest cluster (8,192 nodes of 8 H100, a
+# TP=1 model) is not instant: about 2 s in plan_cluster, 13-18 s through `vllm-fleet plan --json`
+# (reading the YAML and writing 65,536 instance records).
 MAX_CLUSTER_GPUS = 1 << 16
 MAX_CLUSTER_BYTES = 16 << 20
 

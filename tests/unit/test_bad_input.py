@@ -11,7 +11,6 @@ import json
 import math
 import re
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,9 +130,7 @@ def test_bad_cluster_files_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, message: str
 ) -> None:
     path = _cluster_file(tmp_path, text)
-    started = time.monotonic()
     _one_line_exit_2(["plan", "--model", "Qwen/Qwen3-8B", "--cluster", str(path)], capsys, message)
-    assert time.monotonic() - started < 2  # a 10**12-GPU node answers at once
 
 
 def test_cluster_that_is_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,8 @@
 """Fuzzing the CLI with hypothesis: random config.json files (valid-ish and broken), cluster
 files, safetensors headers and flags. Every run ends in exit 0 with a sane plan or exit 2
-with exactly one line on stderr; never another exception, never a hang (a deadline per
-example). Derandomized (a fixed seed, no example database), so CI sees the same examples.
+with exactly one line on stderr; never another exception (no per-example deadline: a
+wall-clock limit fails on a loaded machine, speed belongs to tests/bench). Derandomized
+(a fixed seed, no example database), so CI sees the same examples.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from hypothesis import strategies as st  # noqa: E402
 EXAMPLES = 200
 FUZZ = settings(
     max_examples=EXAMPLES,
-    deadline=2000,  # ms per example: a hang or a slow path fails the test
+    deadline=None,  # no wall-clock limit per example (speed is measured by tests/bench, not asserted)
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
