@@ -11,10 +11,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    import vllm_fleet  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# A checkout's plugin plans with the checkout's own package, before any installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vllm_fleet import deploy, doctor, interface, serve
 from vllm_fleet.cluster import cluster_from_data
