@@ -16,7 +16,7 @@ from pathlib import Path
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.errors import PlanError
 from vllm_fleet.memory import CURRENT_VLLM, LIMITS, MAX_GPU_MEMORY_GIB, Device, Settings, estimate, vllm_refusal
-from vllm_fleet.model_spec import check_max_model_len, check_quantization_flag, load_model
+from vllm_fleet.model_spec import ALLOW_DEPRECATED, check_max_model_len, check_quantization_flag, load_model
 from vllm_fleet.table import render_estimate, render_plan
 
 
@@ -95,6 +95,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=VALUE",
         help="environment vLLM runs with (as vllm_fleet_extra_env), e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; repeat",
+    )
+    p.add_argument(
+        "--allow-deprecated-quantization",
+        action="store_true",
+        help="as vllm serve's: vLLM refuses fbgemm_fp8 and fp_quant without it",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -196,13 +201,20 @@ def _partition(text: str | None) -> list[int] | None:
         ) from exc
 
 
+def _extra_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The vllm serve opt-ins the command line passes on (what vLLM's checks read)."""
+    return (ALLOW_DEPRECATED,) if args.allow_deprecated_quantization else ()
+
+
 def run_estimate(args: argparse.Namespace) -> int:
     spec = load_model(args.model)
     device = _device_from_args(args)
     # What vLLM itself refuses at start-up (the planner's shorthands such as w4a16 stay
     # allowed here: an estimate may describe a checkpoint by its bytes).
-    check_quantization_flag(spec, args.quantization, rendered=False)
-    refusal = vllm_refusal(spec, device, args.dtype, args.quantization, args.kv_cache_dtype)
+    check_quantization_flag(
+        spec, args.quantization, rendered=False, vllm_version=args.vllm_version, extra_args=_extra_args(args)
+    )
+    refusal = vllm_refusal(spec, device, args.dtype, args.quantization, args.kv_cache_dtype, args.vllm_version)
     if refusal is not None:
         raise refusal
     if args.max_model_len:
@@ -257,8 +269,11 @@ def run_plan(args: argparse.Namespace) -> int:
         ray_available=args.ray_available,
         vllm_version=args.vllm_version,
         extra_env=dict(args.env),
+        extra_args=_extra_args(args),
     )
     result = plan_cluster(spec, cluster, wishes)
+    for inst in result["instances"]:  # the plan's vllm serve gets the opt-ins it was planned with
+        inst["vllm_args"] += [a for a in wishes.extra_args if a not in inst["vllm_args"]]
     if args.node:
         from vllm_fleet import deploy, interface
 

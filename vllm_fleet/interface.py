@@ -375,10 +375,15 @@ def unknown(names: Iterable[str]) -> list[str]:
 ROLE_PREFIXES = ("ray_cluster_", "vllm_server_", "serving_image_", "llm_gateway_", "model_cache_")
 
 
-def wishes(settings: Mapping[str, Any], role_vars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def wishes(
+    settings: Mapping[str, Any],
+    role_vars: Mapping[str, Any] | None = None,
+    others: Iterable[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The planner's wishes from one node's resolved settings (the deployment-wide ones
-    agree on every node). Ray is available where vLLM runs from an image built with it
-    (serving_image_mode: derived, the role's default) or where the operator asks for it."""
+    agree on every node; ``others``: the other nodes' settings, for the per-node extra_args).
+    Ray is available where vLLM runs from an image built with it (serving_image_mode:
+    derived, the role's default) or where the operator asks for it."""
     role = dict(role_vars or {})
     keys = (
         "max_model_len", "gpu_memory_utilization", "dtype", "quantization", "kv_cache_dtype",
@@ -386,6 +391,11 @@ def wishes(settings: Mapping[str, Any], role_vars: Mapping[str, Any] | None = No
         "enforce_eager", "target_concurrency", "served_model_name", "port", "vllm_version", "multinode_backend",
     )  # fmt: skip
     out = {k: settings.get(k) for k in keys if settings.get(k) is not None}
+    # vLLM's opt-ins count when every node's vllm serve gets them (extra_args may be per node).
+    every = [settings, *(others or ())]
+    common = [a for a in settings.get("extra_args") or [] if all(a in (s.get("extra_args") or []) for s in every)]
+    if common:
+        out["extra_args"] = common
     if settings.get("extra_env"):
         # vLLM's own start-up checks read its environment (VLLM_ALLOW_LONG_MAX_MODEL_LEN).
         out["extra_env"] = dict(settings["extra_env"])

@@ -32,7 +32,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, QuantSpec, quant_flag_matches, quant_from_name
+from vllm_fleet.model_spec import (
+    ALLOW_DEPRECATED,
+    DTYPE_BYTES,
+    ModelSpec,
+    QuantChoice,
+    QuantSpec,
+    quant_file_config,
+    quant_flag_matches,
+    quant_from_name,
+    resolve_quantization,
+    supported_quantization,
+)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -212,27 +223,60 @@ class Device:
         return self.capability if self.capability is not None else self.sm_major * 10
 
 
-# vLLM's QuantizationConfig.get_min_capability() (compute capability x 10) per
-# --quantization / quant_method: below it vLLM refuses to start ("The quantization method
-# X is not supported for the current GPU").
+# vLLM's QuantizationConfig.get_min_capability() (compute capability x 10) of the class vLLM
+# builds for each method (get_quantization_config) once its overrides chose it: below it vLLM
+# refuses to start ("The quantization method X is not supported for the current GPU").
 QUANT_MIN_CAPABILITY: dict[str, int] = {
-    "fp8": 75, "fbgemm_fp8": 80, "modelopt": 80, "modelopt_fp4": 75, "modelopt_mxfp8": 80, "modelopt_mixed": 75,
-    "mxfp8": 80, "mxfp4": 80, "gpt_oss_mxfp4": 80, "awq": 75, "awq_marlin": 75, "auto_awq": 75, "gptq": 60,
-    "gptq_marlin": 60, "auto_gptq": 60, "compressed-tensors": 70, "experts_int8": 80, "moe_wna16": 70,
-    "torchao": 75, "quark": 70, "inc": 60, "humming": 75, "online": 75, "fp8_per_tensor": 75, "fp8_per_block": 75,
-    "fp8_per_channel": 75, "int8_per_channel_weight_only": 75, "nvfp4_per_token": 75,
+    "fp8": 75, "fbgemm_fp8": 80, "fp_quant": 100, "modelopt": 80, "modelopt_fp4": 75, "modelopt_mxfp8": 80,
+    "modelopt_mixed": 75, "mxfp8": 80, "mxfp4": 80, "gpt_oss_mxfp4": 80, "awq": 75, "awq_marlin": 75,
+    "auto_awq": 75, "gptq": 60, "gptq_marlin": 60, "auto_gptq": 60, "compressed-tensors": 70, "experts_int8": 80,
+    "moe_wna16": 70, "torchao": 75, "quark": 70, "inc": 60, "humming": 75, "online": 75, "fp8_per_tensor": 75,
+    "fp8_per_block": 75, "fp8_per_channel": 75, "int8_per_channel_weight_only": 75, "nvfp4_per_token": 75,
+    "deepseek_v4_fp8": 75,
 }  # fmt: skip
+# OnlineQuantizationConfig's minimum: what an online shorthand (fp8, mxfp4, mxfp8 without a
+# checkpoint config) runs as.
+ONLINE_MIN_CAPABILITY = 75
+
+
+def min_capability(choice: QuantChoice) -> int | None:
+    """The compute capability vLLM needs for ``choice`` (None: no minimum known)."""
+    if choice.method is None:
+        return None
+    if choice.online:
+        return ONLINE_MIN_CAPABILITY
+    return QUANT_MIN_CAPABILITY.get(choice.method)
 
 
 def vllm_refusal(
-    spec: ModelSpec, device: Device, dtype: str = "auto", quantization: str | None = None, kv_cache_dtype: str = "auto"
+    spec: ModelSpec,
+    device: Device,
+    dtype: str = "auto",
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    vllm_version: str = CURRENT_VLLM,
 ) -> PlanError | None:
     """Why vLLM would refuse to start ``spec`` with these options on ``device``, or None:
     bfloat16 below compute capability 8.0 (``CudaPlatform.check_if_supports_dtype``; with
-    ``auto`` vLLM falls back to float16 itself), a quantization method below its minimum
-    capability (``VllmConfig._get_quantization_config``), and KV cache dtypes no attention
-    backend takes (MLA: no fp8_e5m2 backend on CUDA, and only the model dtype on the CPU)."""
+    ``auto`` vLLM falls back to float16 itself), the quantization vLLM resolves on this device
+    (``resolve_quantization``: the checkpoint's method after vLLM's overrides, e.g. ModelOpt
+    NVFP4 is modelopt_fp4) below its minimum capability (``VllmConfig._get_quantization_config``),
+    and KV cache dtypes no attention backend takes (MLA: no fp8_e5m2 backend on CUDA, and only
+    the model dtype on the CPU)."""
     cc = device.compute_capability
+    choice = None
+    if quantization is None or quantization in supported_quantization(vllm_version) or spec.quant_config is not None:
+        try:
+            choice = resolve_quantization(
+                spec,
+                quantization,
+                device="cpu" if device.kind == "cpu" else device.kind,
+                capability=None if device.kind == "cpu" else cc,
+                vllm_version=vllm_version,
+                extra_args=(ALLOW_DEPRECATED,),  # the opt-in is checked once, before the GPUs
+            )
+        except PlanError as err:
+            return err
     if device.kind == "cuda":
         if dtype == "bfloat16" and cc < 80:
             return PlanError(
@@ -240,18 +284,22 @@ def vllm_refusal(
                 f"bfloat16 needs compute capability 8.0, {device.name} has {cc / 10:.1f} (vLLM refuses it)",
                 "use --dtype float16, or auto (vLLM then runs the model in float16 there)",
             )
-        method = (quantization or spec.quant_method or "").lower()
-        need = QUANT_MIN_CAPABILITY.get(method)
-        if need is not None and cc < need:
-            where = "--quantization" if quantization else "--model"
+        need = min_capability(choice) if choice is not None else None
+        if choice is not None and need is not None and cc < need:
+            method = choice.method
+            shown = (
+                method if method == quantization or not quantization else f"{method} ({quantization} as vLLM runs it)"
+            )
+            from_flag = bool(quantization) and choice.source != "quantization_config"
+            where = "--quantization" if from_flag else "--model"
             fix = (
                 "drop --quantization, or plan GPUs of that capability"
-                if quantization
+                if from_flag
                 else "serve the unquantized (or a GPTQ) checkpoint there, or plan GPUs of that capability"
             )
             return PlanError(
                 where,
-                f"{method} weights need compute capability {need / 10:.1f}, {device.name} has {cc / 10:.1f}"
+                f"{shown} weights need compute capability {need / 10:.1f}, {device.name} has {cc / 10:.1f}"
                 " (vLLM refuses it)",
                 fix,
             )
@@ -451,8 +499,15 @@ def _kv_dtype_bytes(settings: Settings, act_bytes: float) -> float:
 
 def _quant(spec: ModelSpec, settings: Settings) -> QuantSpec | None:
     flag = settings.quantization
-    if flag and spec.quant is not None and quant_flag_matches(flag, spec.quant_method):
-        return spec.quant  # a flag vLLM maps onto the checkpoint's own format (gptq_marlin, moe_wna16...)
+    if flag and spec.quant is not None and quant_flag_matches(flag, spec):
+        return spec.quant  # vLLM loads the checkpoint's own format (gptq_marlin, moe_wna16, ModelOpt...)
+    if flag and spec.quant_config is None:
+        try:
+            found = quant_file_config(spec, flag)
+        except PlanError:
+            found = None
+        if found is not None:  # the method's own file (quantize_config.json, hf_quant_config.json)
+            return quant_from_name(flag, found[1], spec.model_type, where=f"{spec.name.rstrip('/')}/{found[0]}")
     if settings.quantization:
         named = quant_from_name(settings.quantization, None, spec.model_type)
         if spec.quant is not None and named is not None and spec.quant.method == named.method:
@@ -867,7 +922,15 @@ def estimate(
             "devices_per_stage", f"{len(stage_devices)} devices for {pp} stages", "give one device per stage"
         )
 
-    mml_cap = spec.max_position_embeddings
+    # Without --max-model-len vLLM serves its own default (ModelSpec.serve_max_model_len).
+    mml_cap = spec.serve_max_model_len
+    if not settings.max_model_len and mml_cap > LIMITS["max_model_len"]:
+        raise PlanError(
+            "--max-model-len",
+            f"vLLM's default length for {spec.name} is {mml_cap:,} ({spec.derived_max_model_len_key or 'config.json'}),"
+            f" above {LIMITS['max_model_len']:,}, the largest the planner accepts",
+            "pass --max-model-len with the context you need",
+        )
     mml = settings.max_model_len or mml_cap
     derived = spec.derived_max_model_len
     if settings.max_model_len and derived and settings.max_model_len > derived:

@@ -143,14 +143,29 @@ class ModelSpec:
     # "vision", "layer"); None when the model came from the catalog.
     file_bytes: dict[str, int] | None = field(default=None, compare=False)
     source: str = "catalog"
-    # vLLM's derived maximum length (``_get_and_verify_max_len``): the smallest length key of
-    # config.json (model_max_length when set), capped by the tokenizer's, times the RoPE
-    # scaling factor; 0 when config.json names no length (vLLM then takes any max_model_len).
+    # vLLM's derived maximum length (``_get_and_verify_max_len``, see _derived_max_len): what
+    # an explicit --max-model-len is checked against; 0 when config.json names no length
+    # (vLLM then takes any max_model_len).
     derived_max_model_len: float = field(default=0.0, compare=False)
     derived_max_model_len_key: str = field(default="", compare=False)
     model_max_length: float | None = field(default=None, compare=False)
-    # quantization_config.quant_method as written: vLLM compares --quantization with it.
+    # The length vLLM serves without --max-model-len (0: max_position_embeddings).
+    default_max_model_len: int = field(default=0, compare=False)
+    # The checkpoint's quantization config as vLLM reads it (config.json's
+    # quantization_config, else compression_config, then text_config's; ModelOpt's
+    # quant_algo and compressed_tensors normalised) and its quant_method ("" when none).
     quant_method: str = field(default="", compare=False)
+    quant_config: Mapping[str, Any] | None = field(default=None, compare=False)
+    # config.json's own model_type (vLLM's overrides read hf_config.model_type).
+    config_model_type: str = field(default="", compare=False)
+    # The folder's other JSON files as (name, text), for the quantization config files a
+    # --quantization method reads when config.json has none (quantize_config.json...).
+    json_files: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    @property
+    def serve_max_model_len(self) -> int:
+        """The max_model_len vLLM serves without --max-model-len."""
+        return self.default_max_model_len or self.max_position_embeddings
 
     @property
     def is_mla(self) -> bool:
@@ -300,9 +315,27 @@ def _rope_parameters(cfg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _derived_max_len(
-    cfg: Mapping[str, Any], top: Mapping[str, Any], source: str, tokenizer_max: float | None
-) -> tuple[float, str, float | None]:
-    """vLLM's derived maximum length, the key it comes from, and config.json's model_max_length."""
+    cfg: Mapping[str, Any],
+    top: Mapping[str, Any],
+    source: str,
+    tokenizer_max: float | None,
+    encoder: tuple[str, Any] | None,
+) -> tuple[float, str, float | None, int]:
+    """vLLM's ``_get_and_verify_max_len`` (0.32) on config.json (``hf_text_config``):
+
+    * the smallest of the length keys (``_LENGTH_KEYS``, in vLLM's order), replaced by
+      ``model_max_length`` when that is set;
+    * capped by tokenizer_config.json's model_max_length (``tokenizer_max``: only given
+      for pooling models with absolute position embeddings, as vLLM reads it);
+    * no length key at all: an explicit ``--max-model-len`` is taken as it is, the
+      default is 2048;
+    * times the RoPE scaling factor (not for the pre-scaled types, not for Gemma 3);
+    * replaced by a Sentence Transformers config's ``max_seq_length`` (``encoder``);
+    * the default (no ``--max-model-len``) is that length, or LongRoPE's
+      ``original_max_position_embeddings``.
+
+    Returns the bound an explicit length is checked against (0: any length), the key it
+    comes from, config.json's model_max_length, and vLLM's default length."""
     derived, key = math.inf, ""
     for name in _LENGTH_KEYS:
         value = cfg.get(name)
@@ -322,15 +355,14 @@ def _derived_max_len(
         derived, key = float(model_max), "model_max_length"
     if tokenizer_max is not None and tokenizer_max < derived:
         derived, key = tokenizer_max, "tokenizer_config.json:model_max_length"
-    if derived == math.inf:
-        return 0.0, "", None
-    derived = float(derived)
-    model_type = str(top.get("model_type") or cfg.get("model_type") or "")
+    unbounded = derived == math.inf
+    length = 2048.0 if unbounded else float(derived)
+    model_type = str(cfg.get("model_type") or top.get("model_type") or "")
     params = _rope_parameters(cfg)
+    types = [_rope_type(rp) for rp in params]
     if params and "gemma3" not in model_type:
         factor: float = 1.0
-        for rp in params:
-            rope_type = rp.get("rope_type", rp.get("type", "default"))
+        for rp, rope_type in zip(params, types, strict=True):
             if rope_type not in _ROPE_PRESCALED:
                 raw = rp.get("factor", factor)
                 if raw is None:
@@ -340,14 +372,55 @@ def _derived_max_len(
                         f"{source}:rope_scaling.factor", f"{_show(raw)} is not a positive number", "fix config.json"
                     )
                 factor = float(raw)
-        derived *= factor
-    return derived, key, float(model_max) if model_max else None
+        length *= factor
+    if encoder is not None:
+        name, value = encoder
+        length = float(_as_int(value, f"{name}:max_seq_length", 1, MAX_POSITIONS, "write it as a positive integer"))
+        key = f"{Path(name).name}:max_seq_length"
+    default = int(length)
+    if "longrope" in types and cfg.get("original_max_position_embeddings") is not None:
+        default = _as_int(
+            cfg["original_max_position_embeddings"],
+            f"{source}:original_max_position_embeddings",
+            1,
+            MAX_POSITIONS,
+            "write it as a positive integer",
+        )
+    return (0.0 if unbounded else length), key, float(model_max) if model_max else None, default
 
 
-def _quant_from_config(qcfg: Any, model_type: str, source: str) -> tuple[QuantSpec | None, str]:
-    where = f"{source}:quantization_config"
+def _rope_type(rp: Mapping[str, Any]) -> str:
+    """The RoPE type as vLLM reads it after ``patch_rope_parameters`` (legacy ``type``
+    key, ``su`` -> ``longrope``, ``mrope`` -> ``default``)."""
+    rope_type = str(rp.get("rope_type", rp.get("type", "default")))
+    return {"su": "longrope", "mrope": "default"}.get(rope_type, rope_type)
+
+
+def _checkpoint_quant_config(top: Mapping[str, Any], text: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """The quantization config vLLM reads from config.json and the key it sits under
+    (``ModelArchConfigConvertorBase.get_quantization_config``): ``quantization_config``,
+    else ``compression_config`` (compressed-tensors), then the same in ``text_config``."""
+    for cfg, prefix in ((top, ""), (text, "text_config.")):
+        if cfg is None:
+            continue
+        for key in ("quantization_config", "compression_config"):
+            if cfg.get(key) is not None:
+                return cfg[key], prefix + key
+    return None, ""
+
+
+_MODELOPT_FP8_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")
+
+
+def _quant_from_config(
+    qcfg: Any, key: str, model_type: str, source: str
+) -> tuple[QuantSpec | None, str, dict[str, Any] | None]:
+    """The checkpoint's QuantSpec, quant_method and normalised config, as vLLM's
+    ``_normalize_quantization_config`` reads them (ModelOpt's producer and quant_algo set the
+    method; the method is lower-cased, ``compressed_tensors`` is ``compressed-tensors``)."""
+    where = f"{source}:{key or 'quantization_config'}"
     if qcfg is None:
-        return None, ""
+        return None, "", None
     if not isinstance(qcfg, Mapping):
         raise PlanError(
             where,
@@ -355,15 +428,51 @@ def _quant_from_config(qcfg: Any, model_type: str, source: str) -> tuple[QuantSp
             'write {"quant_method": ...} as the quantized checkpoint has it, or remove the key',
         )
     if not qcfg:
-        return None, ""
-    method = qcfg.get("quant_method")
+        return None, "", None
+    cfg = dict(qcfg)
+    if key.endswith("quantization_config"):
+        producer = cfg.get("producer") or {}
+        inner = cfg.get("quantization") or {}
+        legacy = isinstance(inner, Mapping) and "modelopt_quant_config" in inner
+        name = producer.get("name") if isinstance(producer, Mapping) else None
+        if (name == "modelopt" or legacy) and isinstance(inner, Mapping) and inner.get("quant_algo") is not None:
+            algo = str(inner["quant_algo"]).upper()
+            if algo in _MODELOPT_FP8_ALGOS:
+                cfg["quant_method"] = "modelopt"
+            elif algo == "NVFP4":
+                cfg["quant_method"] = "modelopt_fp4"
+            else:
+                raise PlanError(
+                    f"{where}.quantization.quant_algo",
+                    f"{_show(inner['quant_algo'])} is not a ModelOpt algorithm vLLM knows (it refuses the checkpoint)",
+                    "use a ModelOpt FP8 or NVFP4 checkpoint",
+                )
+    method = cfg.get("quant_method")
     if not isinstance(method, str) or not method.strip():
         raise PlanError(
             f"{where}.quant_method",
             "is missing" if method is None else f"{_show(method)} is not a method name",
             "re-download config.json: vLLM reads the checkpoint's quant_method to load it",
         )
-    return quant_from_name(method, dict(qcfg), model_type, where=where), method.strip().lower()
+    method = method.strip().lower().replace("compressed_tensors", "compressed-tensors")
+    cfg["quant_method"] = method
+    return quant_from_name(method, cfg, model_type, where=where), method, cfg
+
+
+# Weight-only integer formats with GPTQ/AWQ-style groups (the method's family, for bytes).
+_WEIGHT_ONLY_FAMILY = {
+    "awq": "awq", "awq_marlin": "awq", "auto_awq": "awq", "gptq": "gptq", "gptq_marlin": "gptq",
+    "auto_gptq": "gptq", "marlin": "gptq", "moe_wna16": "gptq", "inc": "gptq", "auto_round": "gptq",
+}  # fmt: skip
+
+
+def _modelopt_algo(qcfg: Mapping[str, Any]) -> str:
+    """ModelOpt's quant_algo, upper-cased (``ModelOptQuantConfigBase._extract_modelopt_quant_algo``):
+    from ``quantization.quant_algo`` (hf_quant_config.json's shape) or ``quant_algo``."""
+    inner = qcfg.get("quantization")
+    if inner is not None:
+        return str(inner.get("quant_algo", "")).upper() if isinstance(inner, Mapping) else ""
+    return str(qcfg.get("quant_algo", "")).upper()
 
 
 def quant_from_name(
@@ -389,7 +498,28 @@ def quant_from_name(
 
     if method in ("", "none"):
         return None
-    if method in ("fp8", "fbgemm_fp8", "modelopt", "ptpc_fp8"):
+    if method in ("modelopt", "modelopt_mixed"):
+        algo = _modelopt_algo(qcfg)
+        if "FP4" in algo:
+            method = "modelopt_fp4"
+        elif "MXFP8" in algo:
+            method = "modelopt_mxfp8"
+    if method in ("quark", "torchao", "online", "humming"):
+        return None  # per-layer schemes the planner does not read: the model dtype's bytes (an upper bound)
+    if method in ("fp8_per_block",):
+        return QuantSpec("fp8", 8, group_size=128 * 128, scale_bytes=4)
+    if method in ("modelopt_mxfp8", "mxfp8"):
+        return QuantSpec("mxfp8", 8, 32, 1)
+    if method in ("experts_int8", "int8_per_channel_weight_only"):
+        return QuantSpec("int8", 8, experts_only=True)
+    if method == "nvfp4_per_token":
+        return QuantSpec("nvfp4", 4, 16, 1, experts_only=True)
+    if method == "fp_quant":
+        return QuantSpec("fp_quant", 4, 32, 1)
+    if method in (
+        "fp8", "fbgemm_fp8", "modelopt", "modelopt_mixed", "ptpc_fp8", "fp8_per_tensor", "fp8_per_channel",
+        "deepseek_v4_fp8",
+    ):  # fmt: skip
         block = qcfg.get("weight_block_size")
         if block:
             if not isinstance(block, list | tuple) or len(block) != 2:
@@ -399,8 +529,9 @@ def quant_from_name(
             rows, cols = (_as_int(b, f"{prefix}.weight_block_size", 1, 1 << 16, "e.g. [128, 128]") for b in block)
             return QuantSpec("fp8", 8, group_size=rows * cols, scale_bytes=4)
         return QuantSpec("fp8", 8)
-    if method in ("awq", "awq_marlin", "gptq", "gptq_marlin", "marlin"):
-        bits = number(("bits", "w_bit"), 4, (4,) if method.startswith("awq") else (2, 3, 4, 8))
+    family = _WEIGHT_ONLY_FAMILY.get(method)
+    if family is not None:
+        bits = number(("bits", "w_bit"), 4, (4,) if family == "awq" else (2, 3, 4, 8))
         group = 128
         group_key = next((k for k in ("group_size", "q_group_size") if qcfg.get(k) is not None), None)
         if group_key is not None:
@@ -409,7 +540,7 @@ def quant_from_name(
                 raise PlanError(f"{prefix}.{group_key}", "0 is not a group size", "use -1 (per channel) or e.g. 128")
         group = max(0, group)
         # fp16 scale per group + packed zero point (bits/8) per group.
-        return QuantSpec(method.split("_")[0], bits, group, 2 + bits / 8)
+        return QuantSpec(family, bits, group, 2 + bits / 8)
     if method in ("compressed_tensors",):
         bits, group, scale = 8, 0, 0.0
         groups = qcfg.get("config_groups") or {}
@@ -447,9 +578,9 @@ def quant_from_name(
         return QuantSpec("compressed-tensors", 4, 128, 2)
     if method in ("int8", "w8a8", "w8a16"):
         return QuantSpec("compressed-tensors", 8)
-    if method == "mxfp4":
+    if method in ("mxfp4", "gpt_oss_mxfp4"):
         # gpt-oss: only the MoE experts are mxfp4 (4-bit + one e8m0 scale per 32).
-        return QuantSpec("mxfp4", 4, 32, 1, experts_only=model_type in ("gpt_oss", ""))
+        return QuantSpec("mxfp4", 4, 32, 1, experts_only=model_type in ("gpt_oss", "") or method == "gpt_oss_mxfp4")
     if method in ("bitsandbytes", "bnb"):
         if qcfg.get("load_in_8bit"):
             return QuantSpec("bitsandbytes", 8)
@@ -468,21 +599,36 @@ def quant_from_name(
 
 
 def spec_from_config(
-    cfg: Any, name: str, source: str = "config.json", tokenizer_max_length: float | None = None
+    cfg: Any,
+    name: str,
+    source: str = "config.json",
+    tokenizer_max_length: float | None = None,
+    encoder_max_seq_length: tuple[str, Any] | None = None,
 ) -> ModelSpec:
     """Build a :class:`ModelSpec` from a parsed config.json; every value is checked
-    (type, range, and the relations a real model has), one line naming the key."""
+    (type, range, and the relations a real model has), one line naming the key.
+
+    ``tokenizer_max_length``: tokenizer_config.json's model_max_length where vLLM caps the
+    length with it (pooling models with absolute position embeddings, see load_model);
+    ``encoder_max_seq_length``: (file, value) of a Sentence Transformers config's
+    max_seq_length, which replaces vLLM's derived length."""
     if not isinstance(cfg, dict):
         raise PlanError(source, "is not a JSON object", "point --model at a Hugging Face model folder")
     try:
-        return _spec_from_config(cfg, name, source, tokenizer_max_length)
+        return _spec_from_config(cfg, name, source, tokenizer_max_length, encoder_max_seq_length)
     except PlanError:
         raise
     except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError, IndexError) as exc:
         raise PlanError(source, f"holds a value of the wrong type ({_show(str(exc))})", "fix config.json") from exc
 
 
-def _spec_from_config(cfg: dict[str, Any], name: str, source: str, tokenizer_max_length: float | None) -> ModelSpec:
+def _spec_from_config(
+    cfg: dict[str, Any],
+    name: str,
+    source: str,
+    tokenizer_max_length: float | None,
+    encoder_max_seq_length: tuple[str, Any] | None,
+) -> ModelSpec:
     top = cfg
     vision_params = _int(cfg, source, "vision_params", maximum=1 << 44)
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):
@@ -578,7 +724,9 @@ def _spec_from_config(cfg: dict[str, Any], name: str, source: str, tokenizer_max
         cfg, source, "max_position_embeddings", "n_positions", "max_sequence_length",
         default=2048, minimum=1, maximum=MAX_POSITIONS,
     )  # fmt: skip
-    derived, derived_key, model_max = _derived_max_len(cfg, top, source, tokenizer_max_length)
+    derived, derived_key, model_max, default_len = _derived_max_len(
+        cfg, top, source, tokenizer_max_length, encoder_max_seq_length
+    )
     raw_dtype = _get(cfg, "torch_dtype", "dtype", default="bfloat16")
     if not isinstance(raw_dtype, str):
         raise PlanError(
@@ -589,9 +737,10 @@ def _spec_from_config(cfg: dict[str, Any], name: str, source: str, tokenizer_max
         dtype = "bfloat16"
     tie = _flag(cfg, source, "tie_word_embeddings", _flag(top, source, "tie_word_embeddings"))
     bias = _flag(cfg, source, "attention_bias") or model_type in ("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl")
-    quant, quant_method = _quant_from_config(
-        top.get("quantization_config") or cfg.get("quantization_config"), model_type, source
+    raw_quant, quant_key = _checkpoint_quant_config(
+        top, top["text_config"] if isinstance(top.get("text_config"), dict) else None
     )
+    quant, quant_method, quant_config = _quant_from_config(raw_quant, quant_key, model_type, source)
     return ModelSpec(
         name=name,
         model_type=model_type,
@@ -628,7 +777,10 @@ def _spec_from_config(cfg: dict[str, Any], name: str, source: str, tokenizer_max
         derived_max_model_len=derived,
         derived_max_model_len_key=derived_key,
         model_max_length=model_max,
+        default_max_model_len=default_len,
         quant_method=quant_method,
+        quant_config=quant_config,
+        config_model_type=str(top.get("model_type") or model_type),
     )
 
 
@@ -798,20 +950,99 @@ def read_safetensors_bytes(folder: Path, num_layers: int) -> dict[str, int] | No
     return totals
 
 
-def _tokenizer_max_length(folder: Path) -> float | None:
-    """model_max_length of the folder's tokenizer_config.json (vLLM caps its derived
-    maximum with it); None when there is none or it is unreadable (vLLM's own problem)."""
-    path = folder / "tokenizer_config.json"
+def _small_json(path: Path) -> Any:
+    """A small JSON file next to config.json, or None when it is absent, too large or
+    unreadable (vLLM's own problem: these files only refine what config.json says)."""
     try:
         if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
             return None
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        return json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
+
+
+def _tokenizer_max_length(folder: Path) -> float | None:
+    """model_max_length of the folder's tokenizer_config.json; None when there is none."""
+    data = _small_json(folder / "tokenizer_config.json")
     value = data.get("model_max_length") if isinstance(data, dict) else None
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or not math.isfinite(value):
         return None
     return float(value)
+
+
+# vLLM's runner by architecture suffix (``_SUFFIX_TO_DEFAULTS`` of config/model.py), first match.
+_RUNNER_BY_SUFFIX = (
+    ("ForCausalLM", "generate"), ("ForConditionalGeneration", "generate"), ("ChatModel", "generate"),
+    ("LMHeadModel", "generate"), ("ForTextEncoding", "pooling"), ("EmbeddingModel", "pooling"),
+    ("ForSequenceClassification", "pooling"), ("ForTokenClassification", "pooling"),
+    ("ForAudioClassification", "pooling"), ("ForImageClassification", "pooling"),
+    ("ForVideoClassification", "pooling"), ("ClassificationModel", "pooling"), ("ForRewardModeling", "pooling"),
+    ("RewardModel", "pooling"), ("Model", "pooling"),
+)  # fmt: skip
+_ST_POOLING = (
+    "sentence_transformers.models.Pooling",
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+)
+# Sentence Transformers configs whose max_seq_length replaces vLLM's derived length, in its order.
+_ST_CONFIGS = (
+    "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
+    "sentence_camembert_config.json", "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
+    "sentence_xlnet_config.json",
+)  # fmt: skip
+
+
+def is_pooling(cfg: Mapping[str, Any], folder: Path | None = None) -> bool:
+    """Whether vLLM runs the model as a pooling model (``ModelConfig._get_default_runner_type``):
+    a Sentence Transformers modules.json with a Pooling module, else the first architecture
+    whose suffix vLLM knows (``*ForCausalLM`` generates, ``*Model`` / ``*ForSequenceClassification``
+    pool)."""
+    if folder is not None:
+        modules = _small_json(folder / "modules.json")
+        if isinstance(modules, list) and any(isinstance(m, dict) and m.get("type") in _ST_POOLING for m in modules):
+            return True
+    archs = cfg.get("architectures")
+    for arch in archs if isinstance(archs, list) else []:
+        runner = next((r for suffix, r in _RUNNER_BY_SUFFIX if isinstance(arch, str) and arch.endswith(suffix)), None)
+        if runner is not None:
+            return runner == "pooling"
+    return False
+
+
+def _encoder_max_seq_length(folder: Path) -> tuple[str, Any] | None:
+    """The first Sentence Transformers config with content, when it states max_seq_length."""
+    for name in _ST_CONFIGS:
+        data = _small_json(folder / name)
+        if data:
+            return (
+                (str(folder / name), data["max_seq_length"])
+                if isinstance(data, dict) and "max_seq_length" in data
+                else None
+            )
+    return None
+
+
+# The JSON files a --quantization method reads when config.json has no quantization config.
+_QUANT_FILE_SUFFIXES = ("quantize_config.json", "quant_config.json", "quantization_config.json")
+
+
+def _quant_files(folder: Path) -> tuple[tuple[str, str], ...]:
+    """``(name, text)`` of the folder's ``*.json`` files that a quantization method's
+    ``get_config_filenames`` can match (vLLM: ``glob("*.json")``, then ``endswith``)."""
+    try:
+        names = sorted(p.name for p in folder.iterdir() if p.name.endswith(_QUANT_FILE_SUFFIXES))
+    except OSError:
+        return ()
+    out = []
+    for name in names:
+        if name.startswith("."):
+            continue
+        path = folder / name
+        try:
+            text = _read_text(path, MAX_CONFIG_BYTES)
+        except PlanError as err:
+            text = f"\x00{err.problem}"  # named when a method reads it
+        out.append((name, text))
+    return tuple(out)
 
 
 def _load_config(cfg_path: Path) -> Any:
@@ -843,16 +1074,24 @@ def load_model(model: str) -> ModelSpec:
                 f"{path} is not a model folder (no config.json)",
                 "point --model at the folder that holds config.json (and the *.safetensors files)",
             )
+        cfg = _load_config(cfg_path)
+        # vLLM caps the length with the tokenizer's model_max_length only for pooling models
+        # with absolute position embeddings (ModelConfig.get_and_verify_max_len).
+        absolute = isinstance(cfg, dict) and cfg.get("position_embedding_type") == "absolute"
+        tokenizer = _tokenizer_max_length(path) if absolute and is_pooling(cfg, path) else None
         spec = spec_from_config(
-            _load_config(cfg_path),
+            cfg,
             name=str(path),
             source=str(cfg_path),
-            tokenizer_max_length=_tokenizer_max_length(path),
+            tokenizer_max_length=tokenizer,
+            encoder_max_seq_length=_encoder_max_seq_length(path),
         )
         file_bytes = read_safetensors_bytes(path, spec.num_layers)
         if file_bytes is not None:
             spec = _with_file_bytes(spec, file_bytes)
-        return spec
+        from dataclasses import replace
+
+        return replace(spec, json_files=_quant_files(path))
     if is_file and path.name.endswith(".json"):
         return spec_from_config(_load_config(path), name=str(path), source=str(path))
     cfg = lookup_model(model)
@@ -880,18 +1119,30 @@ def _with_file_bytes(spec: ModelSpec, file_bytes: dict[str, int]) -> ModelSpec:
     )
 
 
-# ``vllm serve --quantization`` values vLLM accepts (QuantizationMethods of vllm 0.32, and
-# names older releases took); the planner's own shorthands are not among them.
+# ``vllm serve --quantization`` values vLLM 0.32 accepts (QUANTIZATION_METHODS of
+# vllm/model_executor/layers/quantization/__init__.py). vLLM 0.32 refuses bitsandbytes and
+# gguf ("Unknown quantization method"); a plan for an older release still takes the names
+# those releases had.
 VLLM_QUANTIZATION_METHODS = frozenset(
     {
-        "awq", "auto_awq", "awq_marlin", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4",
-        "modelopt_mxfp8", "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "marlin", "humming",
-        "compressed-tensors", "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4",
-        "deepseek_v4_fp8", "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
-        "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
-        # older releases
-        "bitsandbytes", "gguf", "ptpc_fp8", "gptq_marlin_24", "aqlm", "hqq", "ipex", "qqq", "deepspeedfp",
+        "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
+        "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors",
+        "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8",
+        "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only",
+        "nvfp4_per_token", "mxfp8",
     }
+)  # fmt: skip
+OLDER_QUANTIZATION_METHODS = frozenset(
+    {"bitsandbytes", "gguf", "marlin", "ptpc_fp8", "gptq_marlin_24", "aqlm", "hqq", "ipex", "qqq", "deepspeedfp"}
+)
+# DEPRECATED_QUANTIZATION_METHODS: vLLM refuses them without --allow-deprecated-quantization.
+DEPRECATED_QUANTIZATION_METHODS = frozenset({"fbgemm_fp8", "fp_quant"})
+ALLOW_DEPRECATED = "--allow-deprecated-quantization"
+# vLLM's online shorthands: with no checkpoint config they quantize at load
+# (OnlineQuantizationConfig, compute capability 7.5); fp8 is the per-tensor one.
+ONLINE_SHORTHANDS = frozenset(
+    {"fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "mxfp8", "mxfp4", "int8_per_channel_weight_only",
+     "nvfp4_per_token"}
 )  # fmt: skip
 _PLANNER_SHORTHANDS = {
     "w4a16": "compressed-tensors",
@@ -902,76 +1153,309 @@ _PLANNER_SHORTHANDS = {
     "bnb": "bitsandbytes",
     "nvfp4": "modelopt_fp4",
 }
-# Formats that only load a checkpoint quantized that way (the others quantize at load).
+# Methods that only load a checkpoint quantized that way: with no quantization config in
+# config.json and no file of their own, vLLM cannot build them (``quant_cls()`` or
+# "Cannot find the config file for X").
 _CHECKPOINT_FORMATS = frozenset(
     {
         "awq", "auto_awq", "awq_marlin", "gptq", "auto_gptq", "gptq_marlin", "marlin", "compressed-tensors",
         "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed", "gpt_oss_mxfp4", "moe_wna16", "quark",
-        "fbgemm_fp8", "gguf", "deepseek_v4_fp8", "gptq_marlin_24", "aqlm", "qqq",
+        "fbgemm_fp8", "gguf", "deepseek_v4_fp8", "gptq_marlin_24", "aqlm", "qqq", "inc", "torchao",
     }
 )  # fmt: skip
-# --quantization values vLLM's overrides accept for a checkpoint's quant_method
-# (override_quantization_method of AutoGPTQ, AutoAWQ, MoeWNA16, ModelOpt, Mxfp4).
-_COMPATIBLE = {
-    "gptq": {"gptq", "gptq_marlin", "auto_gptq", "marlin", "moe_wna16"},
-    "awq": {"awq", "awq_marlin", "auto_awq", "marlin", "moe_wna16"},
-    "modelopt": {"modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed"},
-    "modelopt_fp4": {"modelopt", "modelopt_fp4"},
-    "mxfp4": {"mxfp4", "gpt_oss_mxfp4"},
+# ``get_config_filenames()`` of the class vLLM builds for each method (get_quantization_config):
+# the file it reads when config.json has no quantization config.
+_MODELOPT_FILE = ("hf_quant_config.json",)
+QUANT_CONFIG_FILES: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("gptq", "auto_gptq", "gptq_marlin", "moe_wna16"), ("quantize_config.json",)),
+    **dict.fromkeys(("awq", "auto_awq", "awq_marlin"), ("quantize_config.json", "quant_config.json")),
+    **dict.fromkeys(("modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed", "mxfp8"), _MODELOPT_FILE),
+    "inc": ("quantization_config.json",),
+}  # fmt: skip
+_GPTQ_FLAGS = (None, "gptq", "gptq_marlin", "auto_gptq", "marlin")
+_AWQ_FLAGS = (None, "awq", "awq_marlin", "auto_awq", "marlin")
+_DEEPSEEK_V4 = {
+    "cpu": ("deepseek_v4",),
+    "cuda": ("deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"),
 }
 
 
-def quant_flag_matches(flag: str, checkpoint_method: str) -> bool:
-    """Whether vLLM loads a checkpoint of ``checkpoint_method`` with ``--quantization flag``."""
-    return flag == checkpoint_method or flag in _COMPATIBLE.get(checkpoint_method, ()) or flag == "humming"
+def _release(version: str | None) -> tuple[int, int]:
+    parts = str(version or "").strip().lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 32)
 
 
-def vllm_quantization_name(flag: str) -> str | None:
+def supported_quantization(vllm_version: str | None = None) -> frozenset[str]:
+    """The --quantization names the vLLM release accepts (0.32's list, older names before it)."""
+    if _release(vllm_version) < (0, 32):
+        return VLLM_QUANTIZATION_METHODS | OLDER_QUANTIZATION_METHODS
+    return VLLM_QUANTIZATION_METHODS
+
+
+def vllm_quantization_name(flag: str, vllm_version: str | None = None) -> str | None:
     """The ``--quantization`` spelling vLLM knows for ``flag`` (``gptq-marlin`` ->
     ``gptq_marlin``, ``w4a16`` -> ``compressed-tensors``), or None."""
     lowered = flag.strip().lower()
-    if lowered in _PLANNER_SHORTHANDS:
+    known = supported_quantization(vllm_version)
+    if lowered in _PLANNER_SHORTHANDS and _PLANNER_SHORTHANDS[lowered] in known:
         return _PLANNER_SHORTHANDS[lowered]
     key = lowered.replace("-", "_")
-    return next((m for m in sorted(VLLM_QUANTIZATION_METHODS) if m.replace("-", "_") == key), None)
+    return next((m for m in sorted(known) if m.replace("-", "_") == key), None)
 
 
-def check_quantization_flag(spec: ModelSpec, flag: str | None, *, rendered: bool) -> None:
-    """Refuse a ``--quantization`` that vLLM would refuse at start-up: one that is not a
-    vLLM method (only when the flag is ``rendered`` into ``vllm serve``; ``estimate`` may
-    use the planner's shorthands), one that does not match the checkpoint's
-    quantization_config (vLLM: "Quantization method specified in the model config (X) does
-    not match the quantization method specified in the `quantization` argument (Y)"), and a
-    checkpoint format asked of a checkpoint that is not quantized."""
-    if not flag:
-        return
-    known = flag in VLLM_QUANTIZATION_METHODS
-    if rendered and not known:
-        spelled = vllm_quantization_name(flag)
+def _moe_wna16_compatible(cfg: Mapping[str, Any], capability: int | None) -> bool:
+    """``MoeWNA16Config.is_moe_wna16_compatible``: GPTQ 4/8-bit without group activation
+    ordering, AWQ 4-bit from compute capability 7.5 (None: not known yet, assumed)."""
+    method = str(cfg.get("quant_method", "")).lower()
+    bits = cfg.get("bits")
+    if method == "gptq":
+        desc_act = bool(cfg.get("desc_act", False)) and cfg.get("group_size") != -1
+        dynamic = cfg.get("dynamic") or {}
+        rules = dynamic.items() if isinstance(dynamic, Mapping) else ()
+        desc_rule = any(
+            isinstance(o, Mapping)
+            and not str(p).startswith("-:")
+            and o.get("desc_act", cfg.get("desc_act", False))
+            and o.get("group_size", cfg.get("group_size")) != -1
+            for p, o in rules
+        )
+        return not desc_act and not desc_rule and bits in (4, 8)
+    return method == "awq" and bits == 4 and (capability is None or capability >= 75)
+
+
+def _override(
+    name: str, cfg: Mapping[str, Any], flag: str | None, model_type: str, device: str, capability: int | None
+) -> str | None:
+    """``override_quantization_method`` of the class vLLM builds for ``name``."""
+    method = str(cfg.get("quant_method", "")).lower()
+    if name == "gptq":
+        return "auto_gptq" if method == "gptq" and flag in _GPTQ_FLAGS else None
+    if name == "awq":  # AutoAWQ does not override on the CPU (the CPU AWQ path loads it)
+        return "auto_awq" if device != "cpu" and method == "awq" and flag in _AWQ_FLAGS else None
+    if name == "inc":
+        return "inc" if cfg.get("quant_method") == "auto-round" else None
+    if name == "moe_wna16":
+        cap = -1 if device == "cpu" else capability
+        return "moe_wna16" if flag == "moe_wna16" and _moe_wna16_compatible(cfg, cap) else None
+    if name.startswith("modelopt"):
+        if not method.startswith("modelopt"):
+            return None
+        algo = _modelopt_algo(cfg)
+        if name == "modelopt":
+            return "modelopt" if algo == "FP8" else None
+        if name == "modelopt_fp4":
+            return "modelopt_fp4" if "NVFP4" in algo or "FP4" in algo else None
+        if name == "modelopt_mxfp8":
+            return "modelopt_mxfp8" if "MXFP8" in algo else None
+        return "modelopt_mixed" if algo == "MIXED_PRECISION" else None
+    if name == "gpt_oss_mxfp4":
+        return (
+            "gpt_oss_mxfp4"
+            if cfg.get("quant_method") in ("mxfp4", "gpt_oss_mxfp4") and model_type == "gpt_oss"
+            else None
+        )
+    if name == "deepseek_v4_fp8":
+        if cfg.get("quant_method") not in ("fp8", "deepseek_v4_fp8"):
+            return None
+        types = _DEEPSEEK_V4["cpu" if device == "cpu" else "cuda"]
+        return "deepseek_v4_fp8" if model_type in types or flag == "deepseek_v4_fp8" else None
+    if name == "humming" and flag == "humming":
+        if model_type == "gpt_oss" and cfg.get("quant_method") == "mxfp4":
+            raise PlanError(
+                "--quantization",
+                "vLLM refuses --quantization humming for gpt-oss's mxfp4 checkpoint",
+                "drop --quantization; vLLM's --moe-backend humming selects that kernel",
+            )
+        return "humming"
+    return None
+
+
+# ModelConfig._verify_quantization's overrides, in its order of preference (one entry per
+# class: gptq_marlin and auto_gptq build the same AutoGPTQConfig as gptq...).
+_OVERRIDES = (
+    "gptq", "awq", "inc", "moe_wna16", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
+    "gpt_oss_mxfp4", "deepseek_v4_fp8", "humming",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class QuantChoice:
+    """The quantization vLLM runs: ``method`` as ModelConfig.quantization ends up (after the
+    overrides), ``source`` where its parameters come from (config.json's key, the method's
+    own file, or the flag alone), ``config`` those parameters, ``note`` a warning when vLLM
+    replaces the flag."""
+
+    method: str | None
+    source: str = ""
+    config: Mapping[str, Any] | None = None
+    note: str | None = None
+
+    @property
+    def online(self) -> bool:
+        """Quantized at load by vLLM's online path (no checkpoint parameters)."""
+        return self.source == "flag" and self.method in ONLINE_SHORTHANDS
+
+
+def quant_file_config(spec: ModelSpec, method: str) -> tuple[str, dict[str, Any]] | None:
+    """``get_quant_config``'s file path: the one ``*.json`` of the folder ending with one of
+    the method's config file names (``quantize_config.json`` for GPTQ, ``hf_quant_config.json``
+    for ModelOpt...), parsed; None when the method reads no file or the folder has none.
+    PlanError for two candidates, an unreadable one, or ModelOpt's file of another producer."""
+    names = QUANT_CONFIG_FILES.get(method)
+    if not names:
+        return None
+    found = [(n, t) for n, t in spec.json_files if n.endswith(names)]
+    if not found:
+        return None
+    if len(found) > 1:
         raise PlanError(
             "--quantization",
-            f"{_show(flag)} is not a quantization method vLLM knows (vllm serve refuses it)",
+            f"vLLM finds several {method} config files in {spec.name} ({', '.join(n for n, _ in found)}) and refuses",
+            "keep one of them in the model folder",
+        )
+    name, text = found[0]
+    where = f"{spec.name.rstrip('/')}/{name}"
+    if text.startswith("\x00"):
+        raise PlanError(where, text[1:], "re-download it")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise PlanError(where, f"is not valid JSON ({_show(str(exc))})", "re-download it") from exc
+    if not isinstance(data, dict):
+        raise PlanError(where, f"is {_kind(data)}, not a JSON object", "re-download it")
+    if method in ("modelopt", "modelopt_mixed"):
+        producer = data.get("producer")
+        if not isinstance(producer, Mapping) or producer.get("name") != "modelopt":
+            raise PlanError(
+                where,
+                f"is not a ModelOpt config (producer.name is not 'modelopt'): vLLM refuses it for {method}",
+                "use the checkpoint's own hf_quant_config.json",
+            )
+    return name, data
+
+
+def resolve_quantization(
+    spec: ModelSpec,
+    flag: str | None,
+    *,
+    device: str = "cuda",
+    capability: int | None = None,
+    vllm_version: str | None = None,
+    extra_args: tuple[str, ...] | list[str] = (),
+) -> QuantChoice:
+    """The quantization vLLM runs ``spec`` with, as ``ModelConfig._verify_quantization`` and
+    ``get_quant_config`` decide it, or the PlanError vLLM's refusal becomes:
+
+    * with a checkpoint config, every override in vLLM's order may replace the flag (GPTQ ->
+      auto_gptq for gptq/gptq_marlin/marlin, ModelOpt by quant_algo -> modelopt_fp4...,
+      gpt-oss mxfp4 -> gpt_oss_mxfp4 whatever the flag says); otherwise the flag must equal
+      the checkpoint's quant_method;
+    * the result must be a method of the release; deprecated ones need
+      --allow-deprecated-quantization in ``extra_args``;
+    * without a checkpoint config a checkpoint format needs its own file (quantize_config.json,
+      hf_quant_config.json...).
+
+    ``device``: cuda, rocm or cpu (AWQ and DeepSeek V4 overrides differ there);
+    ``capability``: compute capability x 10, None when not known."""
+    cfg = spec.quant_config
+    choice: QuantChoice
+    if cfg is not None:
+        method: str | None = str(cfg.get("quant_method") or "") or None
+        names = ("humming", *_OVERRIDES) if flag == "humming" else _OVERRIDES
+        override = next(
+            (o for o in (_override(n, cfg, flag, spec.config_model_type, device, capability) for n in names) if o),
+            None,
+        )
+        key = "quantization_config"
+        if override is not None:
+            note = (
+                f"vLLM runs --quantization {flag} as {override} for this checkpoint"
+                if flag and flag != override
+                else None
+            )
+            choice = QuantChoice(override, key, cfg, note)
+        elif flag is None:
+            choice = QuantChoice(method, key, cfg)
+        elif flag != method:
+            raise PlanError(
+                "--quantization",
+                f"{flag} does not match the checkpoint's quantization_config ({method}): vLLM refuses the pair",
+                f"drop --quantization (vLLM reads {method} from config.json) or pass --quantization {method}",
+            )
+        else:
+            choice = QuantChoice(flag, key, cfg)
+    elif flag is None:
+        return QuantChoice(None)
+    else:
+        found = quant_file_config(spec, flag)
+        choice = QuantChoice(flag, found[0], found[1]) if found else QuantChoice(flag, "flag")
+    known = supported_quantization(vllm_version)
+    where = "--quantization" if flag else "--model"
+    if choice.method is not None and choice.method not in known:
+        spelled = vllm_quantization_name(choice.method, vllm_version)
+        release = vllm_version or "0.32"
+        raise PlanError(
+            where,
+            f"{_show(choice.method)} is not a quantization method vLLM {release} knows (vllm serve refuses it)",
             f"use --quantization {spelled}"
-            if spelled
-            else "use fp8, awq, gptq, compressed-tensors, mxfp4, modelopt...",
+            if spelled and flag
+            else "use fp8, awq, gptq, compressed-tensors, mxfp4, modelopt..."
+            if flag
+            else "serve a checkpoint in a format this vLLM release loads",
         )
-    if not known:
-        return
-    ckpt = spec.quant_method
-    if ckpt:
-        if quant_flag_matches(flag, ckpt):
-            return
+    if choice.method in DEPRECATED_QUANTIZATION_METHODS and ALLOW_DEPRECATED not in extra_args:
+        raise PlanError(
+            where,
+            f"{choice.method} is deprecated in vLLM, which refuses it without {ALLOW_DEPRECATED}",
+            f"add {ALLOW_DEPRECATED} (vLLM's own opt-in), or use another method",
+        )
+    if choice.source == "flag" and flag in _CHECKPOINT_FORMATS:
+        files = QUANT_CONFIG_FILES.get(flag)
+        reads = f" nor {' / '.join(files)}" if files else ""
         raise PlanError(
             "--quantization",
-            f"{flag} does not match the checkpoint's quantization_config ({ckpt}): vLLM refuses the pair",
-            f"drop --quantization (vLLM reads {ckpt} from config.json) or pass --quantization {ckpt}",
-        )
-    if rendered and flag in _CHECKPOINT_FORMATS:
-        raise PlanError(
-            "--quantization",
-            f"{flag} loads a checkpoint quantized with {flag}, but {spec.name} has no quantization_config",
+            f"{flag} loads a checkpoint quantized with {flag}, but {spec.name} has no quantization_config{reads}",
             f"point the model at its {flag} checkpoint, or use --quantization fp8 (vLLM quantizes at load)",
         )
+    return choice
+
+
+def quant_flag_matches(flag: str, spec: ModelSpec) -> bool:
+    """Whether vLLM loads ``spec``'s checkpoint format with ``--quantization flag``."""
+    try:
+        return resolve_quantization(spec, flag, extra_args=(ALLOW_DEPRECATED,)).source == "quantization_config"
+    except PlanError:
+        return False
+
+
+def check_quantization_flag(
+    spec: ModelSpec,
+    flag: str | None,
+    *,
+    rendered: bool,
+    vllm_version: str | None = None,
+    extra_args: tuple[str, ...] | list[str] = (),
+) -> QuantChoice:
+    """Refuse a ``--quantization`` (or a checkpoint) that vLLM would refuse at start-up
+    (:func:`resolve_quantization`, before the GPUs are known). A name that is not a vLLM
+    method is refused only when it is ``rendered`` into ``vllm serve``; ``estimate`` may use
+    the planner's shorthands (w4a16...), which describe bytes."""
+    if flag and flag not in supported_quantization(vllm_version) and flag not in ("marlin",):
+        if not rendered:
+            return QuantChoice(flag, "flag")
+        if spec.quant_config is None:
+            spelled = vllm_quantization_name(flag, vllm_version)
+            raise PlanError(
+                "--quantization",
+                f"{_show(flag)} is not a quantization method vLLM knows (vllm serve refuses it)",
+                f"use --quantization {spelled}"
+                if spelled
+                else "use fp8, awq, gptq, compressed-tensors, mxfp4, modelopt...",
+            )
+    return resolve_quantization(spec, flag, vllm_version=vllm_version, extra_args=extra_args)
 
 
 def _env_true(value: Any) -> bool:
@@ -1000,11 +1484,12 @@ def check_max_model_len(
     problem = (
         f"{max_model_len} is above the model's derived maximum ({where}): vLLM refuses it at start-up"
         if asked
-        else f"the model's max_position_embeddings is {spec.max_position_embeddings} but vLLM derives {where}"
+        else f"vLLM's default length for this model ({max_model_len}, LongRoPE's original_max_position_embeddings) "
+        f"is above its derived maximum ({where}), and a plan states its length"
     )
     raise PlanError(
         "--max-model-len",
         problem,
-        f"use --max-model-len {int(derived)} or less, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
-        "(--env, or vllm_fleet_extra_env) at your own risk",
+        f"use --max-model-len {int(derived)} or less, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 with --env "
+        "at your own risk",
     )

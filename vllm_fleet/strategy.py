@@ -89,6 +89,9 @@ class Wishes:
     # The environment vLLM runs with (vllm_fleet_extra_env): what vLLM's own start-up
     # checks read, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN.
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # The vllm serve arguments the deployment adds (vllm_fleet_extra_args): read by the
+    # checks of vLLM's own opt-ins (--allow-deprecated-quantization); not rendered here.
+    extra_args: tuple[str, ...] = ()
 
     def allows(self, strategy: str) -> bool:
         allowed = self.strategies or ALL_STRATEGIES
@@ -832,9 +835,14 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
     long_len = check_max_model_len(spec, wishes.max_model_len, wishes.extra_env) if wishes.max_model_len else None
     if long_len:
         planner.warnings.append(long_len)
+    replaced = check_quantization_flag(
+        spec, wishes.quantization, rendered=True, vllm_version=wishes.vllm_version, extra_args=wishes.extra_args
+    ).note
+    if replaced:
+        planner.warnings.append(replaced)
     best = planner.run()
     for est in {id(e): e for e in best.estimates}.values():
-        if not wishes.max_model_len:  # the planner's own length (the model's max_position_embeddings)
+        if not wishes.max_model_len:  # the planner's own length (vLLM's default, or lowered to fit)
             note = check_max_model_len(spec, est.max_model_len, wishes.extra_env, asked=False)
             if note and note not in planner.warnings:
                 planner.warnings.append(note)
@@ -932,7 +940,11 @@ def _check_wishes(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
             f"TP={tp or 1} x PP={pp or 1} needs {(tp or 1) * (pp or 1)} GPUs, the cluster has {total}",
             "ask for fewer, or unset them and let the planner choose",
         )
-    check_quantization_flag(spec, wishes.quantization, rendered=True)
+    if not isinstance(wishes.extra_args, list | tuple) or not all(isinstance(a, str) for a in wishes.extra_args):
+        raise PlanError("vllm_fleet_extra_args", f"must be a list of strings, got {wishes.extra_args!r}", "e.g. []")
+    check_quantization_flag(
+        spec, wishes.quantization, rendered=True, vllm_version=wishes.vllm_version, extra_args=wishes.extra_args
+    )
     if wishes.max_model_len:
         check_max_model_len(spec, wishes.max_model_len, wishes.extra_env)
 
@@ -974,7 +986,9 @@ def _nodes_vllm_runs_on(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> t
     refused: dict[str, str] = {}
     first: PlanError | None = None
     for node in nodes:
-        err = vllm_refusal(spec, node.device(), wishes.dtype, wishes.quantization, wishes.kv_cache_dtype)
+        err = vllm_refusal(
+            spec, node.device(), wishes.dtype, wishes.quantization, wishes.kv_cache_dtype, wishes.vllm_version
+        )
         if err is None:
             usable.append(node)
             continue

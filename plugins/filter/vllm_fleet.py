@@ -45,7 +45,8 @@ options:
     description: Optional keys max_model_len, gpu_memory_utilization, dtype, quantization, kv_cache_dtype,
       tensor_parallel_size, pipeline_parallel_size, allow_cross_node_tp, max_num_seqs, enforce_eager,
       target_concurrency, strategies, served_model_name, port, extra_env (the environment vLLM runs with,
-      which its start-up checks read, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN).
+      which its start-up checks read, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN), extra_args (the vllm serve
+      arguments every node adds, e.g. --allow-deprecated-quantization).
     type: dict
 """
 
@@ -86,6 +87,7 @@ _WISH_KEYS = {
     "data_parallel_size",
     "ray_available",
     "extra_env",
+    "extra_args",
 }
 
 
@@ -99,8 +101,9 @@ def _clean(wishes: dict[str, Any] | None) -> dict[str, Any]:
         raise AnsibleFilterError(
             f"vllm_fleet_plan: unknown wish(es) {sorted(unknown)}; fix: use only {sorted(_WISH_KEYS)}"
         )
-    if "strategies" in data:
-        data["strategies"] = tuple(data["strategies"])
+    for key in ("strategies", "extra_args"):
+        if key in data:
+            data[key] = tuple(data[key])
     for key in (
         "max_model_len",
         "tensor_parallel_size",
@@ -273,7 +276,7 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
         "nodes": per_node,
         "role_vars": role_vars,
         "warnings": warnings,
-        "wishes": interface.wishes(per_node[first], role_vars[first]) if first else {},
+        "wishes": interface.wishes(per_node[first], role_vars[first], per_node.values()) if first else {},
     }
 
 

@@ -510,16 +510,16 @@ def _plan_folder(tmp_path: Path, cfg: dict[str, Any], **wishes: Any) -> dict[str
         pytest.param(
             _cfg(seq_length=1024),
             {},
-            {},
-            r"the model's max_position_embeddings is 2048 but vLLM derives seq_length=1024",
+            {"max_model_len": 2048},
+            r"2048 is above the model's derived maximum \(seq_length=1024\)",
             id="seq-length-below",
         ),
         pytest.param(
-            TINY_CFG,
+            _cfg(architectures=["BertModel"], position_embedding_type="absolute"),
             {"tokenizer_config.json": '{"model_max_length": 1024}'},
             {"max_model_len": 2048},
             r"derived maximum \(tokenizer_config\.json:model_max_length=1024\)",
-            id="tokenizer-max",
+            id="tokenizer-max-pooling-absolute",
         ),
         pytest.param(
             _cfg(rope_scaling={"rope_type": "linear", "factor": 2.0}),
@@ -610,7 +610,7 @@ GPTQ_CFG = _cfg(quantization_config=GPTQ)
             "openai/gpt-oss-20b",
             [_gpus("T4")],
             {},
-            r"--model: mxfp4 weights need compute capability 8\.0, T4 has 7\.5",
+            r"--model: gpt_oss_mxfp4 weights need compute capability 8\.0, T4 has 7\.5",
             id="mxfp4-t4",
         ),
         pytest.param(
