@@ -4,7 +4,8 @@ Each variable has a type, a default, a scope and a meaning. The first play
 resolves every node's values through :func:`resolve` (types checked, defaults
 filled, one line naming the field and the fix on a bad value), refuses what only
 the whole inventory shows through :func:`check_nodes` (deployment-wide values that
-differ, two services on one port, two names for one machine), warns about
+differ, two names for one machine) and, once planned, :func:`check_plan_ports` (two
+services on one port among those the plan hands out on a node), warns about
 ``vllm_fleet_*`` names that are not declared (with the closest real one), and
 the README's inventory table is checked against this list by a unit test.
 
@@ -258,23 +259,10 @@ def _role_port(role: Mapping[str, Any], name: str, default: int, node: str) -> t
     return port, port == default
 
 
-def _node_ports(name: str, settings: Mapping[str, Any], role: Mapping[str, Any], gateway_here: bool) -> list[_Ports]:
-    """Every port vllm-fleet's services take on one node, with the variable that moves it."""
-    port = int(settings.get("port") or 8000)
-    # One API port per instance with a part on the node; at most one instance per GPU.
-    width = max(int(settings.get("gpu_count") or 1), 1)
-    master = int(settings.get("master_port") or 29501)
-    out = [
-        _Ports(PREFIX + "port", f"{PREFIX}port range (one API port per instance, up to {width})",
-               port, port + width - 1, port == 8000),
-        _Ports(PREFIX + "master_port", f"{PREFIX}master_port (and + 1, the group wrapper)", master, master + 1,
-               master == 29501),
-        _Ports(PREFIX + "dp_rpc_port", f"{PREFIX}dp_rpc_port", int(settings.get("dp_rpc_port") or 13345),
-               int(settings.get("dp_rpc_port") or 13345), int(settings.get("dp_rpc_port") or 13345) == 13345),
-    ]  # fmt: skip
-    if gateway_here:
-        gw = int(settings.get("gateway_port") or 8080)
-        out.append(_Ports(PREFIX + "gateway_port", f"{PREFIX}gateway_port (nginx)", gw, gw, gw == 8080))
+def _ray_ports(name: str, role: Mapping[str, Any]) -> list[_Ports]:
+    """Ray's fixed ports and worker range on one node, as the inventory's ``ray_cluster_*``
+    values move them (each checked to be a port)."""
+    out = []
     for var, default in RAY_PORTS.items():
         value, is_default = _role_port(role, var, default, name)
         out.append(_Ports(var, f"Ray's {var.removeprefix('ray_cluster_')}", value, value, is_default))
@@ -286,6 +274,47 @@ def _node_ports(name: str, settings: Mapping[str, Any], role: Mapping[str, Any],
             str(low_name), f"{low} is above {high_name} {high} on {name}", f"set {low_name} below {high_name}"
         )
     out.append(_Ports(str(low_name), "Ray's worker port range", low, high, low_is_default and high_is_default))
+    return out
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def node_ports(
+    plan: Mapping[str, Any], name: str, settings: Mapping[str, Any], role: Mapping[str, Any]
+) -> list[_Ports]:
+    """The ports ``plan`` has ``name`` listen on, with the variable that moves each
+    (vllm_fleet/deploy.py's record of the node): the API port of each instance headed here;
+    on the head of a multi-node instance the native master port (native), the DP RPC port
+    (DP) and the group wrapper's presence port (master_port + 1); the gateway where nginx
+    runs; Ray's ports and worker range where the node is in a Ray cluster."""
+    from vllm_fleet import deploy
+
+    heads = [i for i in plan.get("instances") or [] if i.get("head_node") == name]
+    out: list[_Ports] = []
+    first = int(settings.get("port") or 8000)
+    api = sorted(int(i["port"]) for i in heads)
+    if api:
+        what = f"{PREFIX}port (the API {'port' if len(api) == 1 else 'ports'} of {_plural(len(api), 'instance')})"
+        out.append(_Ports(PREFIX + "port", what, api[0], api[-1], first == 8000))
+    master = int(settings.get("master_port") or 29501)
+    rpc = int(settings.get("dp_rpc_port") or 13345)
+    executors = {str(i.get("executor")) for i in heads if len(i.get("nodes") or []) > 1}
+    if "native" in executors:
+        out.append(_Ports(PREFIX + "master_port", f"{PREFIX}master_port (and + 1, the group wrapper)", master,
+                          master + 1, master == 29501))  # fmt: skip
+    elif "dp" in executors:
+        out.append(_Ports(PREFIX + "master_port", f"{PREFIX}master_port + 1 (the group wrapper)", master + 1,
+                          master + 1, master == 29501))  # fmt: skip
+    if "dp" in executors:
+        out.append(_Ports(PREFIX + "dp_rpc_port", f"{PREFIX}dp_rpc_port", rpc, rpc, rpc == 13345))
+    gateway = deploy.gateway_of(dict(plan), dict(settings))
+    if gateway["enabled"] and gateway["host"] == name:
+        gw = int(gateway["port"])
+        out.append(_Ports(PREFIX + "gateway_port", f"{PREFIX}gateway_port (nginx)", gw, gw, gw == 8080))
+    if deploy.runs_ray(dict(plan), name, dict(settings)):
+        out += _ray_ports(name, role)
     return out
 
 
@@ -317,17 +346,29 @@ def _check_ports(name: str, ports: list[_Ports]) -> None:
             )
 
 
+def _one_machine(seen: dict[str, str], key: str, name: str, field: str, shown: str) -> None:
+    if key in seen:
+        raise PlanError(
+            field,
+            f"{seen[key]} and {name} are one machine ({shown})",
+            "list each machine once in vllm_nodes (its GPUs in one vllm_fleet_gpu_count), or fix the address",
+        )
+    seen[key] = name
+
+
 def check_nodes(
     per_node: Mapping[str, Mapping[str, Any]],
     role_vars: Mapping[str, Mapping[str, Any]] | None = None,
     hosts: Mapping[str, str | None] | None = None,
+    ssh_ports: Mapping[str, Any] | None = None,
 ) -> None:
-    """What only the whole inventory shows: deployment-wide (``all``) variables that differ
-    between nodes, two services on one port of a node (vLLM's API ports, master and DP RPC
-    ports, the group wrapper, the gateway, Ray's fixed ports and worker range; ``role_vars``:
-    each node's ``ray_cluster_*`` values where the inventory sets them), and two inventory
-    names for one machine (the same ``vllm_fleet_address``, else ``ansible_host`` from
-    ``hosts``, else the name itself)."""
+    """What only the whole inventory shows, before planning: deployment-wide (``all``)
+    variables that differ between nodes, Ray's port variables (``role_vars``: each node's
+    ``ray_cluster_*`` values) that are not ports, and two inventory names for one machine:
+    the same ``vllm_fleet_address``, else the same ``ansible_host`` (``hosts``, else the
+    name) on the same ``ansible_port`` (``ssh_ports``, 22 when unset): machines behind one
+    address on different SSH ports are different machines. Port collisions depend on what
+    the plan runs where: :func:`check_plan_ports`."""
     names = list(per_node)
     for var in VARIABLES:
         if var.scope != "all" or len(names) < 2:
@@ -340,24 +381,28 @@ def check_nodes(
                     f"differs between {names[0]} ({first!r}) and {other} ({per_node[other].get(var.name)!r})",
                     "set it once for the whole deployment (group_vars all)",
                 )
-    seen: dict[str, str] = {}
+    by_address: dict[str, str] = {}
+    by_target: dict[str, str] = {}
     for name in names:
-        settings = per_node[name]
-        address = settings.get("address") or (hosts or {}).get(name) or name
-        key = str(address).strip().lower()
-        if key in seen:
-            field = PREFIX + "address" if settings.get("address") else "ansible_host"
-            raise PlanError(
-                field,
-                f"{seen[key]} and {name} are one machine ({address})",
-                "list each machine once in vllm_nodes (its GPUs in one vllm_fleet_gpu_count), or fix the address",
-            )
-        seen[key] = name
-    gateway = (per_node[names[0]].get("gateway_host") or names[0]) if names else None
+        explicit = str(per_node[name].get("address") or "")
+        host = str((hosts or {}).get(name) or name)
+        port = str((ssh_ports or {}).get(name) or 22).strip()
+        if explicit:
+            _one_machine(by_address, explicit.strip().lower(), name, PREFIX + "address", explicit)
+        _one_machine(by_target, f"{host.strip().lower()}:{port}", name, "ansible_host", f"{host}, ansible_port {port}")
     for name in names:
-        settings = per_node[name]
-        here = gateway == name and str(settings.get("gateway") or "auto") != "false"
-        _check_ports(name, _node_ports(name, settings, (role_vars or {}).get(name) or {}, here))
+        _ray_ports(name, (role_vars or {}).get(name) or {})
+
+
+def check_plan_ports(
+    plan: Mapping[str, Any],
+    per_node: Mapping[str, Mapping[str, Any]],
+    role_vars: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """Two services on one port of a node, among the ports ``plan`` hands out there
+    (:func:`node_ports`); one line naming the variable to move and a free value."""
+    for name, settings in per_node.items():
+        _check_ports(name, node_ports(plan, name, settings, (role_vars or {}).get(name) or {}))
 
 
 def unknown(names: Iterable[str]) -> list[str]:

@@ -132,6 +132,16 @@ def vllm_fleet_plan(nodes: Any, model: str, wishes: dict[str, Any] | None = None
         raise AnsibleFilterError(f"vllm_fleet_plan: {err}") from err
 
 
+def vllm_fleet_check_ports(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` itself, once no node has two services on one port among the ports the plan
+    hands out there (``settings``: what vllm_fleet_settings returned)."""
+    try:
+        interface.check_plan_ports(plan, settings["nodes"], settings.get("role_vars") or {})
+    except PlanError as err:
+        raise AnsibleFilterError(f"vllm_fleet_check_ports: {err}") from err
+    return plan
+
+
 def vllm_fleet_estimate(model: str, gpu_memory_gib: float, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     try:
         spec = load_model(str(model))
@@ -247,6 +257,7 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
     per_node: dict[str, dict[str, Any]] = {}
     role_vars: dict[str, dict[str, Any]] = {}
     hosts: dict[str, str | None] = {}
+    ssh_ports: dict[str, Any] = {}
     warnings: list[str] = []
     for name in nodes:
         try:
@@ -258,6 +269,7 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
             # The machine behind the name: two names for one machine are refused.
             host = hostvars[name].get("ansible_host")
             hosts[name] = str(host) if host else None
+            ssh_ports[name] = hostvars[name].get("ansible_port")
         except PlanError as err:
             raise AnsibleFilterError(f"{name}: {err}") from err
         except _Unreadable as err:
@@ -268,7 +280,7 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
             if line not in warnings:
                 warnings.append(line)
     try:
-        interface.check_nodes(per_node, role_vars, hosts)
+        interface.check_nodes(per_node, role_vars, hosts, ssh_ports)
     except PlanError as err:
         raise AnsibleFilterError(str(err)) from err
     first = nodes[0] if nodes else None
@@ -284,6 +296,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_fleet_plan": vllm_fleet_plan,
+            "vllm_fleet_check_ports": vllm_fleet_check_ports,
             "vllm_fleet_node": vllm_fleet_node,
             "vllm_fleet_settings": vllm_fleet_settings,
             "vllm_fleet_estimate": vllm_fleet_estimate,

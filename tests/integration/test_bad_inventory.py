@@ -85,14 +85,15 @@ CASES = [
     pytest.param(
         {"n1": {}},
         {"vllm_fleet_port": 8080, "vllm_fleet_gateway": True},
-        "vllm_fleet_port: vllm_fleet_port range (one API port per instance, up to 1) 8080 overlaps "
+        "vllm_fleet_port: vllm_fleet_port (the API port of 1 instance) 8080 overlaps "
         "vllm_fleet_gateway_port (nginx) 8080 on n1; fix: set vllm_fleet_port to 8081",
         id="port-vs-gateway",
     ),
     pytest.param(
+        # Ray's ports count where Ray runs: vllm_fleet_ray: always puts n1 in a Ray cluster.
         {"n1": {"ray_cluster_gcs_port": 8000}},
-        None,
-        "ray_cluster_gcs_port: Ray's gcs_port 8000 overlaps vllm_fleet_port range",
+        {"vllm_fleet_ray": "always"},
+        "ray_cluster_gcs_port: Ray's gcs_port 8000 overlaps vllm_fleet_port (the API port of 1 instance) 8000",
         id="ray-port-vs-vllm-port",
     ),
     pytest.param(

@@ -777,73 +777,27 @@ def _nodes(**per_node: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("per_node", "role_vars", "hosts", "message"),
+    ("per_node", "role_vars", "hosts", "ssh_ports", "message"),
     [
         pytest.param(
-            _nodes(n1={"vllm_fleet_port": 8080, "vllm_fleet_gateway": "true"}),
+            _nodes(n1={}),
+            {"n1": {"ray_cluster_gcs_port": "abc"}},
             None,
             None,
-            "vllm_fleet_port: vllm_fleet_port range (one API port per instance, up to 1) 8080 overlaps "
-            "vllm_fleet_gateway_port (nginx) 8080 on n1; fix: set vllm_fleet_port to 8081",
-            id="port-vs-gateway",
-        ),
-        pytest.param(
-            _nodes(n1={"vllm_fleet_gpu_count": 8, "vllm_fleet_gateway_port": 8003}),
-            None,
-            None,
-            "vllm_fleet_gateway_port: vllm_fleet_gateway_port (nginx) 8003 overlaps vllm_fleet_port range "
-            "(one API port per instance, up to 8) 8000-8007 on n1; fix: set vllm_fleet_gateway_port to 8008",
-            id="gateway-inside-port-range",
-        ),
-        pytest.param(
-            _nodes(n1={"vllm_fleet_master_port": 6379}),
-            None,
-            None,
-            "vllm_fleet_master_port: vllm_fleet_master_port (and + 1, the group wrapper) 6379-6380 overlaps "
-            "Ray's gcs_port 6379 on n1; fix: set vllm_fleet_master_port to 6385",
-            id="master-vs-ray",
-        ),
-        pytest.param(
-            _nodes(n1={"vllm_fleet_master_port": 8264}),
-            None,
-            None,
-            "vllm_fleet_master_port (and + 1, the group wrapper) 8264-8265 overlaps Ray's dashboard_port 8265",
-            id="wrapper-port-vs-dashboard",
-        ),
-        pytest.param(
-            _nodes(n1={"vllm_fleet_dp_rpc_port": 8000}),
-            None,
-            None,
-            "vllm_fleet_dp_rpc_port: vllm_fleet_dp_rpc_port 8000 overlaps vllm_fleet_port range",
-            id="dp-rpc-vs-port",
-        ),
-        pytest.param(
-            _nodes(n1={"vllm_fleet_port": 20500}),
-            None,
-            None,
-            "vllm_fleet_port range (one API port per instance, up to 1) 20500 overlaps Ray's worker port range "
-            "20000-20999 on n1; fix: set vllm_fleet_port to 21000",
-            id="port-in-ray-workers",
-        ),
-        pytest.param(
-            _nodes(n1={}, n2={"vllm_fleet_address": "10.0.0.2"}),
-            {"n2": {"ray_cluster_client_server_port": "8000"}},
-            None,
-            "ray_cluster_client_server_port: Ray's client_server_port 8000 overlaps vllm_fleet_port range",
-            id="ray-role-var-on-one-node",
+            "ray_cluster_gcs_port: 'abc' on n1",
+            id="bad-ray-port",
         ),
         pytest.param(
             _nodes(n1={}),
-            {"n1": {"ray_cluster_min_worker_port": 6000, "ray_cluster_max_worker_port": 7000}},
+            {"n1": {"ray_cluster_min_worker_port": 7000, "ray_cluster_max_worker_port": 6000}},
             None,
-            "ray_cluster_min_worker_port: Ray's worker port range 6000-7000 overlaps Ray's gcs_port 6379",
-            id="ray-workers-vs-ray",
-        ),
-        pytest.param(
-            _nodes(n1={}), {"n1": {"ray_cluster_gcs_port": "abc"}}, None, "ray_cluster_gcs_port: 'abc' on n1", id="bad"
+            None,
+            "ray_cluster_min_worker_port: 7000 is above ray_cluster_max_worker_port 6000 on n1",
+            id="ray-range-upside-down",
         ),
         pytest.param(
             _nodes(n1={"vllm_fleet_address": "10.0.0.1"}, n2={"vllm_fleet_address": "10.0.0.1"}),
+            None,
             None,
             None,
             "vllm_fleet_address: n1 and n2 are one machine (10.0.0.1)",
@@ -853,45 +807,63 @@ def _nodes(**per_node: dict[str, Any]) -> dict[str, dict[str, Any]]:
             _nodes(n1={}, n2={}),
             None,
             {"n1": "192.0.2.7", "n2": "192.0.2.7"},
-            "ansible_host: n1 and n2 are one machine (192.0.2.7)",
+            None,
+            "ansible_host: n1 and n2 are one machine (192.0.2.7, ansible_port 22)",
             id="same-ansible-host",
         ),
         pytest.param(
-            _nodes(n1={"vllm_fleet_address": "192.0.2.7"}, n2={}),
+            _nodes(n1={}, n2={}),
             None,
-            {"n2": "192.0.2.7"},
-            "ansible_host: n1 and n2 are one machine (192.0.2.7)",
-            id="address-vs-ansible-host",
+            {"n1": "192.0.2.7", "n2": "192.0.2.7"},
+            {"n1": 2222, "n2": "2222"},
+            "ansible_host: n1 and n2 are one machine (192.0.2.7, ansible_port 2222)",
+            id="same-ansible-host-and-port",
+        ),
+        pytest.param(
+            _nodes(n1={"vllm_fleet_address": "10.0.0.1"}, n2={"vllm_fleet_address": "10.0.0.2"}),
+            None,
+            {"n1": "192.0.2.7", "n2": "192.0.2.7"},
+            None,
+            "ansible_host: n1 and n2 are one machine (192.0.2.7, ansible_port 22)",
+            id="one-ssh-target-two-addresses",
         ),
     ],
 )
-def test_inventory_collisions_name_the_field_and_a_free_value(
+def test_inventory_refusals_before_planning(
     per_node: dict[str, dict[str, Any]],
     role_vars: dict[str, dict[str, Any]] | None,
     hosts: dict[str, str | None] | None,
+    ssh_ports: dict[str, Any] | None,
     message: str,
 ) -> None:
     with pytest.raises(PlanError, match=re.escape(message)) as err:
-        interface.check_nodes(per_node, role_vars, hosts)
+        interface.check_nodes(per_node, role_vars, hosts, ssh_ports)
     assert "\n" not in str(err.value) and "; fix: " in str(err.value)
 
 
 @pytest.mark.parametrize(
-    ("per_node", "role_vars", "hosts"),
+    ("per_node", "role_vars", "hosts", "ssh_ports"),
     [
-        pytest.param(_nodes(n1={"vllm_fleet_gpu_count": 8}), None, None, id="defaults"),
-        pytest.param(_nodes(n1={"vllm_fleet_gateway_host": "gw", "vllm_fleet_port": 8080}), None, None, id="gw-else"),
-        pytest.param(_nodes(n1={"vllm_fleet_gateway": "false", "vllm_fleet_port": 8080}), None, None, id="no-gw"),
-        pytest.param(_nodes(n1={}, n2={}), None, {"n1": "192.0.2.1", "n2": "192.0.2.2"}, id="two-machines"),
-        pytest.param(_nodes(n1={"vllm_fleet_port": 6379}), {"n1": {"ray_cluster_gcs_port": 7379}}, None, id="moved"),
+        pytest.param(_nodes(n1={"vllm_fleet_gpu_count": 8}), None, None, None, id="defaults"),
+        pytest.param(_nodes(n1={}, n2={}), None, {"n1": "192.0.2.1", "n2": "192.0.2.2"}, None, id="two-machines"),
+        # Two machines behind one address (NAT), reached on different SSH ports.
+        pytest.param(
+            _nodes(n1={}, n2={}), None, {"n1": "192.0.2.7", "n2": "192.0.2.7"}, {"n1": 2201, "n2": 2202}, id="nat"
+        ),
+        pytest.param(
+            _nodes(n1={"vllm_fleet_address": "192.0.2.7"}, n2={}), None, {"n2": "192.0.2.7"}, None, id="addr-vs-host"
+        ),
+        # Ports alone are not refused before the plan says what runs where.
+        pytest.param(_nodes(n1={"vllm_fleet_port": 6379}), None, None, None, id="port-on-ray-gcs"),
     ],
 )
-def test_inventories_without_collisions_pass(
+def test_inventories_that_pass_before_planning(
     per_node: dict[str, dict[str, Any]],
     role_vars: dict[str, dict[str, Any]] | None,
     hosts: dict[str, str | None] | None,
+    ssh_ports: dict[str, Any] | None,
 ) -> None:
-    interface.check_nodes(per_node, role_vars, hosts)
+    interface.check_nodes(per_node, role_vars, hosts, ssh_ports)
 
 
 def test_ray_ports_match_the_roles_defaults() -> None:

@@ -9,6 +9,7 @@ Every model is a tiny folder in ``tmp_path`` with the config.json shapes real ch
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -348,3 +349,87 @@ def test_inventory_extra_args_carry_the_opt_in_when_every_node_has_it() -> None:
     n1, n2 = interface.resolve(both), interface.resolve({})
     assert interface.wishes(n1, None, [n1, interface.resolve(both)])["extra_args"] == list(OPT_IN)
     assert "extra_args" not in interface.wishes(n1, None, [n1, n2])
+
+
+# ---------------------------------------------------------------------------
+# 4, 5. Ports: what the plan hands out on each node
+# ---------------------------------------------------------------------------
+
+
+def _nodes(names: list[str], **raw: Any) -> dict[str, dict[str, Any]]:
+    return {n: interface.resolve({f"vllm_fleet_{k}": v for k, v in raw.items()}) for n in names}
+
+
+EIGHT = [{"name": "n1", "gpu": "H100", "gpu_count": 8}]
+TWO = [{"name": "n1", "gpu": "H100", "gpu_count": 1}, {"name": "n2", "gpu": "H100", "gpu_count": 1}]
+
+
+def test_tp8_on_8_gpus_uses_one_port_next_to_the_gateway() -> None:
+    plan = _plan("meta-llama/Llama-3.1-70B", EIGHT, tensor_parallel_size=8, port=8075, max_model_len=8192)
+    assert [i["port"] for i in plan["instances"]] == [8075]
+    interface.check_plan_ports(plan, _nodes(["n1"], port=8075, gateway="true", gpu_count=8))
+
+
+def test_eight_replicas_collide_with_the_gateway() -> None:
+    plan = _plan("Qwen/Qwen3-8B", EIGHT, port=8075, max_model_len=8192)
+    with pytest.raises(PlanError) as err:
+        interface.check_plan_ports(plan, _nodes(["n1"], port=8075, gpu_count=8))
+    assert str(err.value).startswith(
+        "vllm_fleet_port: vllm_fleet_port (the API ports of 8 instances) 8075-8082 overlaps "
+        "vllm_fleet_gateway_port (nginx) 8080 on n1; fix: set vllm_fleet_port to 8081"
+    )
+
+
+def test_ray_ports_count_only_where_ray_runs(tmp_path: Path) -> None:
+    plan = _plan(_model(tmp_path, TINY), port=6379)
+    interface.check_plan_ports(plan, _nodes(["n1"], port=6379))
+    with pytest.raises(PlanError, match=re.escape("vllm_fleet_port (the API port of 1 instance) 6379 overlaps Ray's")):
+        interface.check_plan_ports(plan, _nodes(["n1"], port=6379, ray="always"))
+
+
+def test_ray_ports_on_the_members_of_a_ray_instance(tmp_path: Path) -> None:
+    plan = _plan(_model(tmp_path, TINY), TWO, pipeline_parallel_size=2, multinode_backend="ray")
+    assert plan["instances"][0]["executor"] == "ray"
+    settings = _nodes(["n1", "n2"])
+    moved = {"ray_cluster_client_server_port": 8000}
+    interface.check_plan_ports(plan, settings, {"n2": moved})  # n2 serves no API port
+    with pytest.raises(PlanError, match=r"ray_cluster_client_server_port: Ray's client_server_port 8000 overlaps"):
+        interface.check_plan_ports(plan, settings, {"n1": moved})
+    workers = {"ray_cluster_min_worker_port": 6000, "ray_cluster_max_worker_port": 7000}
+    with pytest.raises(PlanError, match=r"Ray's worker port range 6000-7000 overlaps Ray's gcs_port 6379 on n2"):
+        interface.check_plan_ports(plan, settings, {"n2": workers})
+
+
+@pytest.mark.parametrize(
+    ("wishes", "raw", "message"),
+    [
+        pytest.param(
+            {"pipeline_parallel_size": 2, "multinode_backend": "native"},
+            {"master_port": 8000},
+            "vllm_fleet_master_port: vllm_fleet_master_port (and + 1, the group wrapper) 8000-8001 overlaps "
+            "vllm_fleet_port (the API port of 1 instance) 8000 on n1",
+            id="native-master-port",
+        ),
+        pytest.param(
+            {"data_parallel_size": 2},
+            {"dp_rpc_port": 8000},
+            "vllm_fleet_dp_rpc_port: vllm_fleet_dp_rpc_port 8000 overlaps vllm_fleet_port (the API port of 1 instance)",
+            id="dp-rpc-port",
+        ),
+        pytest.param(
+            {"data_parallel_size": 2},
+            {"master_port": 7999},
+            "vllm_fleet_master_port: vllm_fleet_master_port + 1 (the group wrapper) 8000 overlaps vllm_fleet_port",
+            id="dp-group-wrapper",
+        ),
+    ],
+)
+def test_multi_node_ports_on_the_head(
+    tmp_path: Path, wishes: dict[str, Any], raw: dict[str, Any], message: str
+) -> None:
+    model = _model(tmp_path, TINY)
+    plan = _plan(model, TWO, **wishes)
+    with pytest.raises(PlanError, match=re.escape(message)):
+        interface.check_plan_ports(plan, _nodes(["n1", "n2"], **raw))
+    # The same values on single-node instances collide with nothing.
+    interface.check_plan_ports(_plan(model, TWO), _nodes(["n1", "n2"], **raw))
