@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
-from vllm_fleet.errors import PlanError
+from vllm_fleet.errors import PlanError, for_cli
 from vllm_fleet.memory import CURRENT_VLLM, LIMITS, MAX_GPU_MEMORY_GIB, Device, Settings, estimate, vllm_refusal
 from vllm_fleet.model_spec import ALLOW_DEPRECATED, check_max_model_len, check_quantization_flag, load_model
 from vllm_fleet.table import render_estimate, render_plan
@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{gpu.name:14} {gpu.memory_gib:8.2f} GiB  {gpu.arch:10} {'NVLink' if gpu.nvlink else ''}")
             return 0
     except PlanError as err:
-        print(f"vllm-fleet {args.command}: error: {err}", file=sys.stderr)
+        print(f"vllm-fleet {args.command}: error: {for_cli(err)}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {args.command}")
     return 2  # pragma: no cover

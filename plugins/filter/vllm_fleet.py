@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vllm_fleet import deploy, doctor, interface, serve
 from vllm_fleet.cluster import cluster_from_data
-from vllm_fleet.errors import PlanError
+from vllm_fleet.errors import PlanError, for_inventory
 from vllm_fleet.facts import host_facts
 from vllm_fleet.memory import Device, Settings, estimate
 from vllm_fleet.model_spec import load_model
@@ -129,7 +129,7 @@ def vllm_fleet_plan(nodes: Any, model: str, wishes: dict[str, Any] | None = None
         cluster = cluster_from_data(list(nodes) if not isinstance(nodes, dict) else nodes)
         return plan_cluster(spec, cluster, Wishes(**_clean(wishes)))
     except PlanError as err:
-        raise AnsibleFilterError(f"vllm_fleet_plan: {err}") from err
+        raise AnsibleFilterError(f"vllm_fleet_plan: {for_inventory(err)}") from None
 
 
 def vllm_fleet_check_ports(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +138,7 @@ def vllm_fleet_check_ports(plan: dict[str, Any], settings: dict[str, Any]) -> di
     try:
         interface.check_plan_ports(plan, settings["nodes"], settings.get("role_vars") or {})
     except PlanError as err:
-        raise AnsibleFilterError(f"vllm_fleet_check_ports: {err}") from err
+        raise AnsibleFilterError(f"vllm_fleet_check_ports: {for_inventory(err)}") from None
     return plan
 
 
@@ -147,7 +147,7 @@ def vllm_fleet_estimate(model: str, gpu_memory_gib: float, settings: dict[str, A
         spec = load_model(str(model))
         return estimate(spec, Device("GPU", float(gpu_memory_gib)), Settings(**(settings or {}))).to_dict()
     except PlanError as err:
-        raise AnsibleFilterError(f"vllm_fleet_estimate: {err}") from err
+        raise AnsibleFilterError(f"vllm_fleet_estimate: {for_inventory(err)}") from None
     except TypeError as err:
         raise AnsibleFilterError(f"vllm_fleet_estimate: bad settings ({err})") from err
 
@@ -188,7 +188,7 @@ def vllm_fleet_launches(
     try:
         return serve.launches(instances, node, options)
     except PlanError as err:
-        raise AnsibleFilterError(str(err)) from err
+        raise AnsibleFilterError(str(for_inventory(err))) from None
 
 
 def vllm_fleet_kv_report(log: str) -> dict[str, Any]:
@@ -224,7 +224,7 @@ def vllm_fleet_node(
     try:
         return deploy.node_record(plan, str(node), dict(settings), dict(context or {}))
     except PlanError as err:
-        raise AnsibleFilterError(str(err)) from err
+        raise AnsibleFilterError(str(for_inventory(err))) from None
 
 
 def _own_vars(host_vars: Any) -> dict[str, Any]:
@@ -282,7 +282,7 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
     try:
         interface.check_nodes(per_node, role_vars, hosts, ssh_ports)
     except PlanError as err:
-        raise AnsibleFilterError(str(err)) from err
+        raise AnsibleFilterError(str(for_inventory(err))) from None
     first = nodes[0] if nodes else None
     return {
         "nodes": per_node,

@@ -4,6 +4,7 @@ localhost only, CPU nodes like inventories/local, no host is reached)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ CASES = [
     pytest.param(
         {"n1": {}},
         {"vllm_fleet_max_model_len": 4096},
-        "--max-model-len: 4096 is above the model's derived maximum (max_position_embeddings=2048)",
+        "vllm_fleet_max_model_len: 4096 is above the model's derived maximum (max_position_embeddings=2048)",
         id="vllm-refuses-long-context",
     ),
 ]
@@ -119,6 +120,8 @@ def test_bad_inventory_stops_in_the_first_plays(
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     assert message in " ".join(out.split()), out
+    # An Ansible run names inventory variables, never the CLI's flags (errors.for_inventory).
+    assert not re.search(r"--(max-model-len|quantization|env|tensor-parallel-size|dtype)\b", out), out
     # Stopped by the validation or the plan play: nothing written, no node play ran.
     before = out.split("fatal:", 1)[0]
     assert "PLAY [Validate the inventory]" in before or "PLAY [Plan the layout from the inventory]" in before

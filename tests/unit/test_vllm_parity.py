@@ -8,6 +8,7 @@ Every model is a tiny folder in ``tmp_path`` with the config.json shapes real ch
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -19,7 +20,7 @@ from tests.conftest import ROOT
 from vllm_fleet import interface
 from vllm_fleet.cli import main
 from vllm_fleet.cluster import cluster_from_data
-from vllm_fleet.errors import PlanError
+from vllm_fleet.errors import PlanError, for_cli, for_inventory
 from vllm_fleet.memory import Device, Settings, estimate
 from vllm_fleet.model_spec import load_model
 from vllm_fleet.strategy import Wishes, plan_cluster
@@ -433,3 +434,54 @@ def test_multi_node_ports_on_the_head(
         interface.check_plan_ports(plan, _nodes(["n1", "n2"], **raw))
     # The same values on single-node instances collide with nothing.
     interface.check_plan_ports(_plan(model, TWO), _nodes(["n1", "n2"], **raw))
+
+
+# ---------------------------------------------------------------------------
+# 8. Field names: the CLI's flags, the inventory's variables
+# ---------------------------------------------------------------------------
+
+
+def test_each_edge_names_its_own_fields() -> None:
+    err = PlanError("--max-model-len", "4096 is above", "use --max-model-len 2048 or less, or set X=1 with --env")
+    assert str(for_inventory(err)) == (
+        "vllm_fleet_max_model_len: 4096 is above; fix: use vllm_fleet_max_model_len 2048 or less, "
+        "or set X=1 with vllm_fleet_extra_env"
+    )
+    assert str(for_cli(PlanError("max_model_len", "x", "y"))) == "--max-model-len: x; fix: y"
+    assert str(for_cli(PlanError("vllm_fleet_multinode_backend", "x"))) == "--multinode-backend: x"
+    opt_in = PlanError("--quantization", "deprecated", "add --allow-deprecated-quantization")
+    assert "add '--allow-deprecated-quantization' in vllm_fleet_extra_args" in str(for_inventory(opt_in))
+
+
+def test_the_cli_names_flags_for_inventory_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = tmp_path / "c.yml"
+    cluster.write_text("nodes:\n- {name: a, gpu: H100, gpu_count: 1}\n- {name: b, gpu: H100, gpu_count: 1}\n")
+    assert main(["plan", "--model", _model(tmp_path, TINY), "--cluster", str(cluster), "-dp", "3"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("vllm-fleet plan: error: --data-parallel-size: DP=3 cannot run"), line
+
+
+def _plugin() -> Any:
+    pytest.importorskip("ansible")
+    spec = importlib.util.spec_from_file_location("vllm_fleet_filter_parity", ROOT / "plugins/filter/vllm_fleet.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_filters_name_inventory_variables() -> None:
+    from ansible.errors import AnsibleFilterError
+
+    filters = _plugin().FilterModule().filters()
+    with pytest.raises(AnsibleFilterError) as err:
+        filters["vllm_fleet_plan"](
+            [{"name": "x", "gpu": "H100", "gpu_count": 1}], "Qwen/Qwen3-8B", {"max_model_len": 10**6}
+        )
+    text = str(err.value)
+    assert "vllm_fleet_max_model_len: 1000000 is above the model's derived maximum" in text
+    assert "--max-model-len" not in text and "--env" not in text
+    plan = filters["vllm_fleet_plan"]([{"name": "x", "gpu": "H100", "gpu_count": 1}], "Qwen/Qwen3-8B", {"port": 8080})
+    settings = {"nodes": _nodes(["x"], gateway="true"), "role_vars": {}}
+    with pytest.raises(AnsibleFilterError, match=r"vllm_fleet_check_ports: vllm_fleet_port: .* 8080 overlaps"):
+        filters["vllm_fleet_check_ports"](plan, settings)
