@@ -69,7 +69,7 @@ VARIABLES: tuple[Var, ...] = (
     V("interface", "str", None, "node", "NIC for NCCL/Gloo (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)"),
     V("cpu_cores", "int", None, "node", "cores vLLM's CPU build binds (default: nproc)", minimum=1, maximum=1 << 16),
     # Wishes that change the plan
-    V("max_model_len", "int", None, "all", "context length (default: the model's, lowered to what fits)", minimum=1,
+    V("max_model_len", "int", None, "all", "context length (default: vLLM's, lowered to what fits)", minimum=1,
       maximum=LIMITS["max_model_len"]),
     V("gpu_memory_utilization", "float", None, "all", "GPU memory share vLLM may use (0.9)", minimum=0.01, maximum=1.0),
     V("dtype", "choice", "auto", "all", "weights dtype", ("auto", "bfloat16", "float16", "float32", "half")),
