@@ -268,6 +268,19 @@ def lookup_model(name: str) -> dict[str, Any] | None:
     return None
 
 
+# Compute capability x 10 of each architecture (its lowest member: A10/A40 are 8.6,
+# Ampere's 8.0 is what vLLM's thresholds compare with).
+ARCH_CAPABILITY: dict[str, int] = {
+    "volta": 70,
+    "turing": 75,
+    "ampere": 80,
+    "ada": 89,
+    "hopper": 90,
+    "blackwell": 100,
+    "cdna3": 94,
+}
+
+
 @dataclass(frozen=True)
 class GpuType:
     """A GPU model as the driver reports it."""

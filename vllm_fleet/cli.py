@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_fleet.catalog import GPUS, MODELS, lookup_gpu
-from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import CURRENT_VLLM, Device, Settings, estimate
-from vllm_fleet.model_spec import load_model
+from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
+from vllm_fleet.errors import PlanError, for_cli
+from vllm_fleet.memory import CURRENT_VLLM, LIMITS, MAX_GPU_MEMORY_GIB, Device, Settings, estimate, vllm_refusal
+from vllm_fleet.model_spec import ALLOW_DEPRECATED, check_max_model_len, check_quantization_flag, load_model
 from vllm_fleet.table import render_estimate, render_plan
 
 
@@ -24,19 +25,33 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from exc
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    if value > MAX_GPU_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(f"{text} is above {MAX_GPU_MEMORY_GIB:g} GiB, the largest the planner accepts")
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from exc
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+def _count(maximum: int) -> Callable[[str], int]:
+    """An argparse type: a positive integer up to ``maximum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from exc
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{text} is above {maximum:,}, the largest the planner accepts")
+        return value
+
+    return parse
+
+
+_positive_int = _count(1 << 30)
 
 
 def _fraction(text: str) -> float:
@@ -47,6 +62,13 @@ def _fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}; use e.g. 0.9")
     return value
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=VALUE; use e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    return name, value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,11 +83,24 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpu-memory-utilization", type=_fraction, default=None, help="fraction of total GPU memory (default 0.9)"
     )
-    p.add_argument("--max-model-len", type=_positive_int, default=None)
+    p.add_argument("--max-model-len", type=_count(LIMITS["max_model_len"]), default=None)
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto")
     p.add_argument("--quantization", default=None, help="fp8, awq, gptq, compressed-tensors, mxfp4, bitsandbytes, ...")
-    p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=None)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int, default=None)
+    p.add_argument("--tensor-parallel-size", "-tp", type=_count(LIMITS["tensor_parallel_size"]), default=None)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=_count(LIMITS["pipeline_parallel_size"]), default=None)
+    p.add_argument(
+        "--env",
+        action="append",
+        type=_env_pair,
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment vLLM runs with (as vllm_fleet_extra_env), e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; repeat",
+    )
+    p.add_argument(
+        "--allow-deprecated-quantization",
+        action="store_true",
+        help="as vllm serve's: vLLM refuses fbgemm_fp8 and fp_quant without it",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -78,12 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     gpu = est.add_mutually_exclusive_group(required=True)
     gpu.add_argument("--gpu-memory-gib", type=_positive_float, help="total memory the driver reports per GPU, GiB")
     gpu.add_argument("--gpu", help=f"GPU name from the catalog ({', '.join(g.name for g in GPUS.values())})")
-    est.add_argument("--max-num-seqs", type=_positive_int, default=None)
-    est.add_argument("--max-num-batched-tokens", type=_positive_int, default=None)
+    est.add_argument("--max-num-seqs", type=_count(LIMITS["max_num_seqs"]), default=None)
+    est.add_argument("--max-num-batched-tokens", type=_count(LIMITS["max_num_batched_tokens"]), default=None)
     est.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
     est.add_argument("--enforce-eager", action="store_true")
-    est.add_argument("--block-size", type=_positive_int, default=None)
-    est.add_argument("--data-parallel-size", type=_positive_int, default=1)
+    est.add_argument("--block-size", type=_count(LIMITS["block_size"]), default=None)
+    est.add_argument("--data-parallel-size", type=_count(LIMITS["data_parallel_size"]), default=1)
     est.add_argument("--enable-expert-parallel", action="store_true")
     est.add_argument("--layer-partition", default=None, help="VLLM_PP_LAYER_PARTITION, e.g. 40,40")
     est.add_argument("--vllm-version", default=CURRENT_VLLM, help="accounting of this vLLM release (default: current)")
@@ -93,10 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(plan)
     plan.add_argument("--cluster", required=True, type=Path, help="YAML file with nodes: [{name, gpu, gpu_count}]")
     plan.add_argument("--allow-cross-node-tp", action="store_true")
-    plan.add_argument("--max-num-seqs", type=_positive_int, default=None)
+    plan.add_argument("--max-num-seqs", type=_count(LIMITS["max_num_seqs"]), default=None)
     plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
     plan.add_argument("--enforce-eager", action="store_true")
-    plan.add_argument("--target-concurrency", type=_positive_int, default=None)
+    plan.add_argument("--target-concurrency", type=_count(LIMITS["target_concurrency"]), default=None)
     plan.add_argument(
         "--strategy",
         action="append",
@@ -111,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how multi-node instances run (auto: native unless --ray-available or uneven nodes)",
     )
     plan.add_argument("--ray-available", action="store_true", help="the serving image or venv has Ray")
-    plan.add_argument("--data-parallel-size", "-dp", type=_positive_int, default=None, help="force DP ranks")
+    plan.add_argument(
+        "--data-parallel-size", "-dp", type=_count(LIMITS["data_parallel_size"]), default=None, help="force DP ranks"
+    )
     plan.add_argument("--vllm-version", default=CURRENT_VLLM, help="the vLLM release that will run (default: current)")
     plan.add_argument("--node", help="print this node's deployment record (JSON) instead of the plan")
     plan.add_argument(
@@ -145,7 +182,7 @@ def _device_from_args(args: argparse.Namespace) -> Device:
             )
         if gpu.device == "cpu":
             raise PlanError("--gpu", "CPU needs its memory size", "use --gpu-memory-gib for the CPU KV space")
-        return Device(gpu.name, gpu.memory_gib, gpu.device, _sm_major(gpu.arch))
+        return Device(gpu.name, gpu.memory_gib, gpu.device, _sm_major(gpu.arch), None, ARCH_CAPABILITY.get(gpu.arch))
     return Device(f"{args.gpu_memory_gib:g} GiB GPU", float(args.gpu_memory_gib))
 
 
@@ -164,9 +201,24 @@ def _partition(text: str | None) -> list[int] | None:
         ) from exc
 
 
+def _extra_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The vllm serve opt-ins the command line passes on (what vLLM's checks read)."""
+    return (ALLOW_DEPRECATED,) if args.allow_deprecated_quantization else ()
+
+
 def run_estimate(args: argparse.Namespace) -> int:
     spec = load_model(args.model)
     device = _device_from_args(args)
+    # What vLLM itself refuses at start-up (the planner's shorthands such as w4a16 stay
+    # allowed here: an estimate may describe a checkpoint by its bytes).
+    check_quantization_flag(
+        spec, args.quantization, rendered=False, vllm_version=args.vllm_version, extra_args=_extra_args(args)
+    )
+    refusal = vllm_refusal(spec, device, args.dtype, args.quantization, args.kv_cache_dtype, args.vllm_version)
+    if refusal is not None:
+        raise refusal
+    if args.max_model_len:
+        check_max_model_len(spec, args.max_model_len, dict(args.env))
     settings = Settings(
         tensor_parallel_size=args.tensor_parallel_size or 1,
         pipeline_parallel_size=args.pipeline_parallel_size or 1,
@@ -216,8 +268,12 @@ def run_plan(args: argparse.Namespace) -> int:
         data_parallel_size=args.data_parallel_size,
         ray_available=args.ray_available,
         vllm_version=args.vllm_version,
+        extra_env=dict(args.env),
+        extra_args=_extra_args(args),
     )
     result = plan_cluster(spec, cluster, wishes)
+    for inst in result["instances"]:  # the plan's vllm serve gets the opt-ins it was planned with
+        inst["vllm_args"] += [a for a in wishes.extra_args if a not in inst["vllm_args"]]
     if args.node:
         from vllm_fleet import deploy, interface
 
@@ -312,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{gpu.name:14} {gpu.memory_gib:8.2f} GiB  {gpu.arch:10} {'NVLink' if gpu.nvlink else ''}")
             return 0
     except PlanError as err:
-        print(f"vllm-fleet {args.command}: error: {err}", file=sys.stderr)
+        print(f"vllm-fleet {args.command}: error: {for_cli(err)}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {args.command}")
     return 2  # pragma: no cover

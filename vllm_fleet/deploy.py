@@ -84,6 +84,14 @@ def _part(inst: dict[str, Any], node: str) -> tuple[str, int]:
     return ("ray worker" if inst["executor"] == "ray" else "headless"), rank
 
 
+def runs_ray(plan: dict[str, Any], node: str, settings: dict[str, Any]) -> bool:
+    """Whether ``node`` is in a Ray cluster (see :func:`ray_membership`): it has a stage of a
+    Ray-executor instance, or ``vllm_fleet_ray: always`` puts every node of the plan in one."""
+    if any(i["executor"] == "ray" for i in _instances_here(plan, node)):
+        return True
+    return settings.get("ray") == "always" and node in [n["name"] for n in plan.get("nodes") or []]
+
+
 def ray_membership(
     plan: dict[str, Any], node: str, settings: dict[str, Any], ray: dict[str, Any]
 ) -> dict[str, Any] | None:
@@ -203,7 +211,7 @@ def node_record(
             launch["volumes"] = []
             launch["ipc"] = ""
 
-    gateway = _gateway(plan, settings)
+    gateway = gateway_of(plan, settings)
     return {
         "node": node,
         "runtime": runtime,
@@ -284,7 +292,8 @@ def served_name(plan: dict[str, Any]) -> str:
     return str(inst.get("served_model_name") or inst["name"].rsplit("-", 1)[0])
 
 
-def _gateway(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """Whether nginx runs, where, on which port, in front of which upstreams."""
     wish = str(settings.get("gateway") or "auto")
     enabled = bool(plan["gateway"]["enabled"]) if wish == "auto" else wish == "true"
     nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
@@ -301,7 +310,7 @@ def verify_plan(
     plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Where verify sends its requests from (the gateway host, else the first node) and what it probes."""
-    gw = gateway or _gateway(plan, settings)
+    gw = gateway or gateway_of(plan, settings)
     model = served_name(plan)
     targets = []
     if gw["enabled"]:

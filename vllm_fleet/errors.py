@@ -6,6 +6,9 @@ print it as one line and the Ansible filter can fail with the same text.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 
 class PlanError(ValueError):
     """A request the planner cannot honour.
@@ -27,3 +30,52 @@ class PlanError(ValueError):
 
 class NothingFitsError(PlanError):
     """Raised when no layout of the model fits the cluster."""
+
+
+# One input, two names: the ``vllm-fleet`` flag and the inventory variable. Refusals are
+# raised with the flag (or the bare wish name); the edges rename them: the CLI prints
+# flags (:func:`for_cli`), the Ansible filters print inventory variables (:func:`for_inventory`).
+_NAMES: tuple[tuple[str, str, str], ...] = (
+    # (bare wish name, CLI flag, inventory variable)
+    ("model", "--model", "vllm_fleet_model"),
+    ("max_model_len", "--max-model-len", "vllm_fleet_max_model_len"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization", "vllm_fleet_gpu_memory_utilization"),
+    ("dtype", "--dtype", "vllm_fleet_dtype"),
+    ("quantization", "--quantization", "vllm_fleet_quantization"),
+    ("kv_cache_dtype", "--kv-cache-dtype", "vllm_fleet_kv_cache_dtype"),
+    ("tensor_parallel_size", "--tensor-parallel-size", "vllm_fleet_tensor_parallel_size"),
+    ("pipeline_parallel_size", "--pipeline-parallel-size", "vllm_fleet_pipeline_parallel_size"),
+    ("data_parallel_size", "--data-parallel-size", "vllm_fleet_data_parallel_size"),
+    ("allow_cross_node_tp", "--allow-cross-node-tp", "vllm_fleet_allow_cross_node_tp"),
+    ("max_num_seqs", "--max-num-seqs", "vllm_fleet_max_num_seqs"),
+    ("enforce_eager", "--enforce-eager", "vllm_fleet_enforce_eager"),
+    ("target_concurrency", "--target-concurrency", "vllm_fleet_target_concurrency"),
+    ("vllm_version", "--vllm-version", "vllm_fleet_vllm_version"),
+    ("multinode_backend", "--multinode-backend", "vllm_fleet_multinode_backend"),
+    ("extra_env", "--env", "vllm_fleet_extra_env"),
+    ("allow_deprecated_quantization", "--allow-deprecated-quantization",
+     "'--allow-deprecated-quantization' in vllm_fleet_extra_args"),
+)  # fmt: skip
+_TO_INVENTORY = {flag: var for _, flag, var in _NAMES} | {bare: var for bare, _, var in _NAMES}
+_TO_CLI = {var: flag for _, flag, var in _NAMES} | {bare: flag for bare, flag, _ in _NAMES}
+_FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z-]*[a-z])(?![\w-])")
+
+
+def _renamed(err: PlanError, field: str, text: Callable[[str], str]) -> PlanError:
+    out = type(err)(field, text(err.problem), text(err.fix))
+    out.__cause__ = err.__cause__
+    return out
+
+
+def for_inventory(err: PlanError) -> PlanError:
+    """``err`` as an Ansible run shows it: the field and every flag named in its text are
+    the inventory variables (``--max-model-len`` -> ``vllm_fleet_max_model_len``)."""
+    field = _TO_INVENTORY.get(err.field, err.field)
+    return _renamed(err, field, lambda s: _FLAG_RE.sub(lambda m: _TO_INVENTORY.get(m.group(1), m.group(1)), s))
+
+
+def for_cli(err: PlanError) -> PlanError:
+    """``err`` as ``vllm-fleet`` shows it: the field is the flag (``max_model_len`` and
+    ``vllm_fleet_multinode_backend`` -> ``--max-model-len``, ``--multinode-backend``)."""
+    field = _TO_CLI.get(err.field, err.field)
+    return _renamed(err, field, lambda s: s)

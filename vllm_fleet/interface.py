@@ -2,7 +2,10 @@
 
 Each variable has a type, a default, a scope and a meaning. The first play
 resolves every node's values through :func:`resolve` (types checked, defaults
-filled, one line naming the field and the fix on a bad value), warns about
+filled, one line naming the field and the fix on a bad value), refuses what only
+the whole inventory shows through :func:`check_nodes` (deployment-wide values that
+differ, two names for one machine) and, once planned, :func:`check_plan_ports` (two
+services on one port among those the plan hands out on a node), warns about
 ``vllm_fleet_*`` names that are not declared (with the closest real one), and
 the README's inventory table is checked against this list by a unit test.
 
@@ -20,8 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_fleet.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import CURRENT_VLLM
+from vllm_fleet.memory import CURRENT_VLLM, LIMITS, MAX_GPU_MEMORY_GIB
 
 PREFIX = "vllm_fleet_"
 _UNSET = object()
@@ -56,15 +60,17 @@ VARIABLES: tuple[Var, ...] = (
     V("model_dir", "str", None, "all", "where build_model builds (default `/var/lib/vllm-fleet/models/<name>`)"),
     # Nodes
     V("gpu", "str", None, "node", "GPU name from `vllm-fleet gpus` (cpu for the CPU build); default: detected"),
-    V("gpu_count", "int", None, "node", "GPUs on the node; default: detected", minimum=1, maximum=1024),
-    V("gpu_memory_gib", "float", None, "node", "memory per GPU (for cpu: what vLLM may use)", minimum=0.001),
+    V("gpu_count", "int", None, "node", "GPUs on the node; default: detected", minimum=1, maximum=MAX_GPUS_PER_NODE),
+    V("gpu_memory_gib", "float", None, "node", "memory per GPU (for cpu: what vLLM may use)", minimum=0.001,
+      maximum=MAX_GPU_MEMORY_GIB),
     V("nvlink", "bool", None, "node", "GPUs linked by NVLink (default from the catalog / detected)"),
-    V("nic_gbps", "float", 100, "node", "network speed between nodes", minimum=0.001),
+    V("nic_gbps", "float", 100, "node", "network speed between nodes", minimum=0.001, maximum=MAX_NIC_GBPS),
     V("address", "str", None, "node", "cluster address (VLLM_HOST_IP, Ray node IP, vLLM's bind address)"),
     V("interface", "str", None, "node", "NIC for NCCL/Gloo (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)"),
-    V("cpu_cores", "int", None, "node", "cores vLLM's CPU build binds (default: nproc)", minimum=1),
+    V("cpu_cores", "int", None, "node", "cores vLLM's CPU build binds (default: nproc)", minimum=1, maximum=1 << 16),
     # Wishes that change the plan
-    V("max_model_len", "int", None, "all", "context length (default: the model's, lowered to what fits)", minimum=1),
+    V("max_model_len", "int", None, "all", "context length (default: vLLM's, lowered to what fits)", minimum=1,
+      maximum=LIMITS["max_model_len"]),
     V("gpu_memory_utilization", "float", None, "all", "GPU memory share vLLM may use (0.9)", minimum=0.01, maximum=1.0),
     V("dtype", "choice", "auto", "all", "weights dtype", ("auto", "bfloat16", "float16", "float32", "half")),
     V("quantization", "str", None, "all", "as vllm serve --quantization"),
@@ -74,9 +80,10 @@ VARIABLES: tuple[Var, ...] = (
     V("data_parallel_size", "int", None, "all", "force DP ranks (dense models: TP=1 copies behind one server)",
       minimum=1, maximum=1024),
     V("allow_cross_node_tp", "bool", False, "all", "allow TP across nodes (else PP across nodes)"),
-    V("max_num_seqs", "int", None, "all", "as vllm serve --max-num-seqs", minimum=1),
+    V("max_num_seqs", "int", None, "all", "as vllm serve --max-num-seqs", minimum=1, maximum=LIMITS["max_num_seqs"]),
     V("enforce_eager", "bool", False, "all", "no CUDA graphs"),
-    V("target_concurrency", "int", None, "all", "requests at max_model_len the layout should hold", minimum=1),
+    V("target_concurrency", "int", None, "all", "requests at max_model_len the layout should hold", minimum=1,
+      maximum=LIMITS["target_concurrency"]),
     V("port", "int", 8000, "all", "first vLLM port on each node", minimum=1, maximum=65535),
     # vLLM release and executors
     V("vllm_version", "str", CURRENT_VLLM, "all", "the vLLM release everywhere: image tag, venv pin, accounting"),
@@ -135,6 +142,10 @@ DERIVED = frozenset(
 DOCTOR_PREFIX = "vllm_fleet_doctor_"
 
 
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _coerce(var: Var, raw: Any) -> Any:
     def bad(problem: str, fix: str) -> PlanError:
         return PlanError(var.full, problem, fix)
@@ -159,9 +170,9 @@ def _coerce(var: Var, raw: Any) -> Any:
         if not math.isfinite(number):
             raise bad(f"{raw!r} is not a finite number", "write a number")
         if var.minimum is not None and number < var.minimum:
-            raise bad(f"{number} is below {var.minimum:g}", f"use {var.minimum:g} or more")
+            raise bad(f"{number} is below {_num(var.minimum)}", f"use {_num(var.minimum)} or more")
         if var.maximum is not None and number > var.maximum:
-            raise bad(f"{number} is above {var.maximum:g}", f"use {var.maximum:g} or less")
+            raise bad(f"{number} is above {_num(var.maximum)}", f"use {_num(var.maximum)} or less")
         return number
     if kind == "list":
         if not isinstance(raw, list) or not all(isinstance(a, str | int | float) for a in raw):
@@ -199,8 +210,165 @@ def resolve(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_nodes(per_node: Mapping[str, Mapping[str, Any]]) -> None:
-    """Deployment-wide (``all``) variables must agree on every node."""
+# Ray's fixed ports and its worker range (roles/ray_cluster/defaults/main.yml; a unit test
+# keeps them equal). An inventory that sets one of these role variables moves it.
+RAY_PORTS: dict[str, int] = {
+    "ray_cluster_gcs_port": 6379,
+    "ray_cluster_node_manager_port": 6380,
+    "ray_cluster_object_manager_port": 6381,
+    "ray_cluster_dashboard_agent_grpc_port": 6382,
+    "ray_cluster_metrics_export_port": 6383,
+    "ray_cluster_runtime_env_agent_port": 6384,
+    "ray_cluster_dashboard_port": 8265,
+    "ray_cluster_client_server_port": 10001,
+    "ray_cluster_dashboard_agent_listen_port": 52365,
+}
+RAY_WORKER_PORTS = ("ray_cluster_min_worker_port", "ray_cluster_max_worker_port", 20000, 20999)
+
+
+@dataclass(frozen=True)
+class _Ports:
+    """A port or a range of ports one service takes on a node."""
+
+    field: str  # the variable that moves it
+    what: str
+    low: int
+    high: int
+    default: bool  # the variable is at its default (a collision blames the other one)
+
+    def overlaps(self, other: _Ports) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def text(self) -> str:
+        span = str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+        return f"{self.what} {span}"
+
+
+def _role_port(role: Mapping[str, Any], name: str, default: int, node: str) -> tuple[int, bool]:
+    raw = role.get(name)
+    if raw is None or raw == "":
+        return default, True
+    if isinstance(raw, bool):
+        raise PlanError(name, f"{raw!r} on {node} is a boolean, not a port", "write a port number (1 to 65535)")
+    try:
+        port = int(str(raw).strip())
+    except ValueError:
+        raise PlanError(name, f"{raw!r} on {node} is not a port", "write a port number (1 to 65535)") from None
+    if not 1 <= port <= 65535:
+        raise PlanError(name, f"{port} on {node} is not a port (1 to 65535)", "write a port number (1 to 65535)")
+    return port, port == default
+
+
+def _ray_ports(name: str, role: Mapping[str, Any]) -> list[_Ports]:
+    """Ray's fixed ports and worker range on one node, as the inventory's ``ray_cluster_*``
+    values move them (each checked to be a port)."""
+    out = []
+    for var, default in RAY_PORTS.items():
+        value, is_default = _role_port(role, var, default, name)
+        out.append(_Ports(var, f"Ray's {var.removeprefix('ray_cluster_')}", value, value, is_default))
+    low_name, high_name, low_default, high_default = RAY_WORKER_PORTS
+    low, low_is_default = _role_port(role, str(low_name), int(low_default), name)
+    high, high_is_default = _role_port(role, str(high_name), int(high_default), name)
+    if low > high:
+        raise PlanError(
+            str(low_name), f"{low} is above {high_name} {high} on {name}", f"set {low_name} below {high_name}"
+        )
+    out.append(_Ports(str(low_name), "Ray's worker port range", low, high, low_is_default and high_is_default))
+    return out
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def node_ports(
+    plan: Mapping[str, Any], name: str, settings: Mapping[str, Any], role: Mapping[str, Any]
+) -> list[_Ports]:
+    """The ports ``plan`` has ``name`` listen on, with the variable that moves each
+    (vllm_fleet/deploy.py's record of the node): the API port of each instance headed here;
+    on the head of a multi-node instance the native master port (native), the DP RPC port
+    (DP) and the group wrapper's presence port (master_port + 1); the gateway where nginx
+    runs; Ray's ports and worker range where the node is in a Ray cluster."""
+    from vllm_fleet import deploy
+
+    heads = [i for i in plan.get("instances") or [] if i.get("head_node") == name]
+    out: list[_Ports] = []
+    first = int(settings.get("port") or 8000)
+    api = sorted(int(i["port"]) for i in heads)
+    if api:
+        what = f"{PREFIX}port (the API {'port' if len(api) == 1 else 'ports'} of {_plural(len(api), 'instance')})"
+        out.append(_Ports(PREFIX + "port", what, api[0], api[-1], first == 8000))
+    master = int(settings.get("master_port") or 29501)
+    rpc = int(settings.get("dp_rpc_port") or 13345)
+    executors = {str(i.get("executor")) for i in heads if len(i.get("nodes") or []) > 1}
+    if "native" in executors:
+        out.append(_Ports(PREFIX + "master_port", f"{PREFIX}master_port (and + 1, the group wrapper)", master,
+                          master + 1, master == 29501))  # fmt: skip
+    elif "dp" in executors:
+        out.append(_Ports(PREFIX + "master_port", f"{PREFIX}master_port + 1 (the group wrapper)", master + 1,
+                          master + 1, master == 29501))  # fmt: skip
+    if "dp" in executors:
+        out.append(_Ports(PREFIX + "dp_rpc_port", f"{PREFIX}dp_rpc_port", rpc, rpc, rpc == 13345))
+    gateway = deploy.gateway_of(dict(plan), dict(settings))
+    if gateway["enabled"] and gateway["host"] == name:
+        gw = int(gateway["port"])
+        out.append(_Ports(PREFIX + "gateway_port", f"{PREFIX}gateway_port (nginx)", gw, gw, gw == 8080))
+    if deploy.runs_ray(dict(plan), name, dict(settings)):
+        out += _ray_ports(name, role)
+    return out
+
+
+def _free_start(mine: _Ports, others: list[_Ports]) -> int | None:
+    """The nearest first port from which ``mine``'s width fits next to ``others``."""
+    width = mine.high - mine.low
+    starts = sorted({mine.low} | {o.high + 1 for o in others} | {o.low - width - 1 for o in others})
+    fits = [
+        p
+        for p in starts
+        if p >= 1024 and p + width <= 65535 and not any(p <= o.high and o.low <= p + width for o in others)
+    ]
+    return min(fits, key=lambda p: (p < mine.low, abs(p - mine.low))) if fits else None
+
+
+def _check_ports(name: str, ports: list[_Ports]) -> None:
+    for i, a in enumerate(ports):
+        for b in ports[i + 1 :]:
+            if a.field == b.field or not a.overlaps(b):
+                continue
+            # Blame the one the inventory moved (the other sits at its default).
+            blame, other = (b, a) if a.default and not b.default else (a, b)
+            free = _free_start(blame, [p for p in ports if p.field != blame.field])
+            target = f"set {blame.field} to {free}" if free is not None else f"move {blame.field}"
+            raise PlanError(
+                blame.field,
+                f"{blame.text()} overlaps {other.text()} on {name}",
+                f"{target} (a free port), or move {other.field}",
+            )
+
+
+def _one_machine(seen: dict[str, str], key: str, name: str, field: str, shown: str) -> None:
+    if key in seen:
+        raise PlanError(
+            field,
+            f"{seen[key]} and {name} are one machine ({shown})",
+            "list each machine once in vllm_nodes (its GPUs in one vllm_fleet_gpu_count), or fix the address",
+        )
+    seen[key] = name
+
+
+def check_nodes(
+    per_node: Mapping[str, Mapping[str, Any]],
+    role_vars: Mapping[str, Mapping[str, Any]] | None = None,
+    hosts: Mapping[str, str | None] | None = None,
+    ssh_ports: Mapping[str, Any] | None = None,
+) -> None:
+    """What only the whole inventory shows, before planning: deployment-wide (``all``)
+    variables that differ between nodes, Ray's port variables (``role_vars``: each node's
+    ``ray_cluster_*`` values) that are not ports, and two inventory names for one machine:
+    the same ``vllm_fleet_address``, else the same ``ansible_host`` (``hosts``, else the
+    name) on the same ``ansible_port`` (``ssh_ports``, 22 when unset): machines behind one
+    address on different SSH ports are different machines. Port collisions depend on what
+    the plan runs where: :func:`check_plan_ports`."""
     names = list(per_node)
     for var in VARIABLES:
         if var.scope != "all" or len(names) < 2:
@@ -213,6 +381,28 @@ def check_nodes(per_node: Mapping[str, Mapping[str, Any]]) -> None:
                     f"differs between {names[0]} ({first!r}) and {other} ({per_node[other].get(var.name)!r})",
                     "set it once for the whole deployment (group_vars all)",
                 )
+    by_address: dict[str, str] = {}
+    by_target: dict[str, str] = {}
+    for name in names:
+        explicit = str(per_node[name].get("address") or "")
+        host = str((hosts or {}).get(name) or name)
+        port = str((ssh_ports or {}).get(name) or 22).strip()
+        if explicit:
+            _one_machine(by_address, explicit.strip().lower(), name, PREFIX + "address", explicit)
+        _one_machine(by_target, f"{host.strip().lower()}:{port}", name, "ansible_host", f"{host}, ansible_port {port}")
+    for name in names:
+        _ray_ports(name, (role_vars or {}).get(name) or {})
+
+
+def check_plan_ports(
+    plan: Mapping[str, Any],
+    per_node: Mapping[str, Mapping[str, Any]],
+    role_vars: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """Two services on one port of a node, among the ports ``plan`` hands out there
+    (:func:`node_ports`); one line naming the variable to move and a free value."""
+    for name, settings in per_node.items():
+        _check_ports(name, node_ports(plan, name, settings, (role_vars or {}).get(name) or {}))
 
 
 def unknown(names: Iterable[str]) -> list[str]:
@@ -230,10 +420,15 @@ def unknown(names: Iterable[str]) -> list[str]:
 ROLE_PREFIXES = ("ray_cluster_", "vllm_server_", "serving_image_", "llm_gateway_", "model_cache_")
 
 
-def wishes(settings: Mapping[str, Any], role_vars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def wishes(
+    settings: Mapping[str, Any],
+    role_vars: Mapping[str, Any] | None = None,
+    others: Iterable[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The planner's wishes from one node's resolved settings (the deployment-wide ones
-    agree on every node). Ray is available where vLLM runs from an image built with it
-    (serving_image_mode: derived, the role's default) or where the operator asks for it."""
+    agree on every node; ``others``: the other nodes' settings, for the per-node extra_args).
+    Ray is available where vLLM runs from an image built with it (serving_image_mode:
+    derived, the role's default) or where the operator asks for it."""
     role = dict(role_vars or {})
     keys = (
         "max_model_len", "gpu_memory_utilization", "dtype", "quantization", "kv_cache_dtype",
@@ -241,6 +436,14 @@ def wishes(settings: Mapping[str, Any], role_vars: Mapping[str, Any] | None = No
         "enforce_eager", "target_concurrency", "served_model_name", "port", "vllm_version", "multinode_backend",
     )  # fmt: skip
     out = {k: settings.get(k) for k in keys if settings.get(k) is not None}
+    # vLLM's opt-ins count when every node's vllm serve gets them (extra_args may be per node).
+    every = [settings, *(others or ())]
+    common = [a for a in settings.get("extra_args") or [] if all(a in (s.get("extra_args") or []) for s in every)]
+    if common:
+        out["extra_args"] = common
+    if settings.get("extra_env"):
+        # vLLM's own start-up checks read its environment (VLLM_ALLOW_LONG_MAX_MODEL_LEN).
+        out["extra_env"] = dict(settings["extra_env"])
     mode = role.get("serving_image_mode") or "derived"
     out["ray_available"] = settings.get("runtime") == "container" and mode == "derived"
     return out

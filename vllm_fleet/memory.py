@@ -27,11 +27,23 @@ against logs of older releases; plans always use the current accounting.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, QuantSpec, quant_from_name
+from vllm_fleet.model_spec import (
+    ALLOW_DEPRECATED,
+    DTYPE_BYTES,
+    ModelSpec,
+    QuantChoice,
+    QuantSpec,
+    quant_file_config,
+    quant_flag_matches,
+    quant_from_name,
+    resolve_quantization,
+    supported_quantization,
+)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -112,6 +124,35 @@ class Accounting:
         )
 
 
+# Upper bounds that keep the planner's loops and arithmetic small (a typo or a hostile
+# input answers in milliseconds with the field named, never a hang).
+LIMITS: dict[str, int] = {
+    "tensor_parallel_size": 1024,
+    "pipeline_parallel_size": 1024,
+    "data_parallel_size": 1024,
+    "max_model_len": 10**8,
+    "max_num_seqs": 1 << 20,
+    "max_num_batched_tokens": 10**8,
+    "block_size": 1 << 16,
+    "target_concurrency": 10**9,
+}
+MAX_GPU_MEMORY_GIB = 4096.0
+
+
+def check_count(value: Any, flag: str, maximum: int, required: bool = False) -> None:
+    """A positive integer up to ``maximum`` (None passes unless ``required``); booleans and
+    floats are refused (``true`` is not 1)."""
+    if value is None and not required:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        fix = f"pass {flag} 1 or more" + ("" if required else ", or omit it")
+        raise PlanError(flag, f"must be a positive integer, got {value!r}", fix)
+    if value > maximum:
+        raise PlanError(
+            flag, f"{value:,} is above {maximum:,}, the largest the planner accepts", f"use {maximum:,} or less"
+        )
+
+
 @dataclass
 class Settings:
     """The ``vllm serve`` options that change memory, with vLLM's defaults."""
@@ -136,24 +177,25 @@ class Settings:
 
     def validate(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                flag = "--" + name.replace("_", "-")
-                raise PlanError(flag, f"must be a positive integer, got {value!r}", f"pass {flag} 1 or more")
+            check_count(getattr(self, name), "--" + name.replace("_", "-"), LIMITS[name], required=True)
         util = self.gpu_memory_utilization
-        if not 0 < util <= 1:
+        if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
             raise PlanError(
                 "--gpu-memory-utilization",
-                f"must be in (0, 1], got {util}",
+                f"must be in (0, 1], got {util!r}",
                 "use a fraction of total GPU memory such as 0.9",
             )
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                flag = "--" + name.replace("_", "-")
-                raise PlanError(
-                    flag, f"must be a positive integer, got {value!r}", f"pass {flag} 1 or more, or omit it"
-                )
+            check_count(getattr(self, name), "--" + name.replace("_", "-"), LIMITS[name])
+        if self.layer_partition is not None and (
+            not isinstance(self.layer_partition, list)
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in self.layer_partition)
+        ):
+            raise PlanError(
+                "--layer-partition", f"must be a list of layer counts, got {self.layer_partition!r}", "e.g. 40,40"
+            )
+        if self.kv_cache_memory_bytes is not None:
+            check_count(self.kv_cache_memory_bytes, "--kv-cache-memory-bytes", 1 << 50)
         if self.dtype not in ("auto", "bfloat16", "float16", "float32", "half", "float"):
             raise PlanError("--dtype", f"unknown dtype '{self.dtype}'", "use auto, bfloat16, float16 or float32")
         if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"):
@@ -173,6 +215,107 @@ class Device:
     kind: str = "cuda"  # cuda, rocm, cpu
     sm_major: int = 9
     free_gib: float | None = None
+    # Compute capability x 10 (75 for a T4); None: sm_major x 10.
+    capability: int | None = None
+
+    @property
+    def compute_capability(self) -> int:
+        return self.capability if self.capability is not None else self.sm_major * 10
+
+
+# vLLM's QuantizationConfig.get_min_capability() (compute capability x 10) of the class vLLM
+# builds for each method (get_quantization_config) once its overrides chose it: below it vLLM
+# refuses to start ("The quantization method X is not supported for the current GPU").
+QUANT_MIN_CAPABILITY: dict[str, int] = {
+    "fp8": 75, "fbgemm_fp8": 80, "fp_quant": 100, "modelopt": 80, "modelopt_fp4": 75, "modelopt_mxfp8": 80,
+    "modelopt_mixed": 75, "mxfp8": 80, "mxfp4": 80, "gpt_oss_mxfp4": 80, "awq": 75, "awq_marlin": 75,
+    "auto_awq": 75, "gptq": 60, "gptq_marlin": 60, "auto_gptq": 60, "compressed-tensors": 70, "experts_int8": 80,
+    "moe_wna16": 70, "torchao": 75, "quark": 70, "inc": 60, "humming": 75, "online": 75, "fp8_per_tensor": 75,
+    "fp8_per_block": 75, "fp8_per_channel": 75, "int8_per_channel_weight_only": 75, "nvfp4_per_token": 75,
+    "deepseek_v4_fp8": 75,
+}  # fmt: skip
+# OnlineQuantizationConfig's minimum: what an online shorthand (fp8, mxfp4, mxfp8 without a
+# checkpoint config) runs as.
+ONLINE_MIN_CAPABILITY = 75
+
+
+def min_capability(choice: QuantChoice) -> int | None:
+    """The compute capability vLLM needs for ``choice`` (None: no minimum known)."""
+    if choice.method is None:
+        return None
+    if choice.online:
+        return ONLINE_MIN_CAPABILITY
+    return QUANT_MIN_CAPABILITY.get(choice.method)
+
+
+def vllm_refusal(
+    spec: ModelSpec,
+    device: Device,
+    dtype: str = "auto",
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    vllm_version: str = CURRENT_VLLM,
+) -> PlanError | None:
+    """Why vLLM would refuse to start ``spec`` with these options on ``device``, or None:
+    bfloat16 below compute capability 8.0 (``CudaPlatform.check_if_supports_dtype``; with
+    ``auto`` vLLM falls back to float16 itself), the quantization vLLM resolves on this device
+    (``resolve_quantization``: the checkpoint's method after vLLM's overrides, e.g. ModelOpt
+    NVFP4 is modelopt_fp4) below its minimum capability (``VllmConfig._get_quantization_config``),
+    and KV cache dtypes no attention backend takes (MLA: no fp8_e5m2 backend on CUDA, and only
+    the model dtype on the CPU)."""
+    cc = device.compute_capability
+    choice = None
+    if quantization is None or quantization in supported_quantization(vllm_version) or spec.quant_config is not None:
+        try:
+            choice = resolve_quantization(
+                spec,
+                quantization,
+                device="cpu" if device.kind == "cpu" else device.kind,
+                capability=None if device.kind == "cpu" else cc,
+                vllm_version=vllm_version,
+                extra_args=(ALLOW_DEPRECATED,),  # the opt-in is checked once, before the GPUs
+            )
+        except PlanError as err:
+            return err
+    if device.kind == "cuda":
+        if dtype == "bfloat16" and cc < 80:
+            return PlanError(
+                "--dtype",
+                f"bfloat16 needs compute capability 8.0, {device.name} has {cc / 10:.1f} (vLLM refuses it)",
+                "use --dtype float16, or auto (vLLM then runs the model in float16 there)",
+            )
+        need = min_capability(choice) if choice is not None else None
+        if choice is not None and need is not None and cc < need:
+            method = choice.method
+            shown = (
+                method if method == quantization or not quantization else f"{method} ({quantization} as vLLM runs it)"
+            )
+            from_flag = bool(quantization) and choice.source != "quantization_config"
+            where = "--quantization" if from_flag else "--model"
+            fix = (
+                "drop --quantization, or plan GPUs of that capability"
+                if from_flag
+                else "serve the unquantized (or a GPTQ) checkpoint there, or plan GPUs of that capability"
+            )
+            return PlanError(
+                where,
+                f"{shown} weights need compute capability {need / 10:.1f}, {device.name} has {cc / 10:.1f}"
+                " (vLLM refuses it)",
+                fix,
+            )
+        if spec.is_mla and kv_cache_dtype == "fp8_e5m2":
+            return PlanError(
+                "--kv-cache-dtype",
+                "fp8_e5m2 has no MLA attention backend in vLLM (MLA models such as DeepSeek)",
+                "use --kv-cache-dtype fp8 (e4m3) or auto",
+            )
+    if device.kind == "cpu" and spec.is_mla and kv_cache_dtype not in ("auto", "bfloat16", "float16"):
+        return PlanError(
+            "--kv-cache-dtype",
+            f"{kv_cache_dtype} is not a KV cache dtype of vLLM's CPU MLA backend (it keeps the model dtype)",
+            "use --kv-cache-dtype auto",
+        )
+    return None
 
 
 @dataclass
@@ -311,6 +454,13 @@ def default_partition(num_layers: int, pp: int) -> list[int]:
     return parts
 
 
+def kv_heads_shard(spec: ModelSpec, tp: int) -> bool:
+    """Whether TP shards the KV heads the way vLLM's QKVParallelLinear can: TP divides
+    them, or is a multiple of them (each head then replicated); MLA has no KV heads."""
+    kv = spec.num_kv_heads
+    return spec.is_mla or not kv or kv % tp == 0 or tp % kv == 0
+
+
 def check_partition(partition: list[int], num_layers: int, pp: int) -> None:
     if len(partition) != pp:
         raise PlanError(
@@ -348,6 +498,16 @@ def _kv_dtype_bytes(settings: Settings, act_bytes: float) -> float:
 
 
 def _quant(spec: ModelSpec, settings: Settings) -> QuantSpec | None:
+    flag = settings.quantization
+    if flag and spec.quant is not None and quant_flag_matches(flag, spec):
+        return spec.quant  # vLLM loads the checkpoint's own format (gptq_marlin, moe_wna16, ModelOpt...)
+    if flag and spec.quant_config is None:
+        try:
+            found = quant_file_config(spec, flag)
+        except PlanError:
+            found = None
+        if found is not None:  # the method's own file (quantize_config.json, hf_quant_config.json)
+            return quant_from_name(flag, found[1], spec.model_type, where=f"{spec.name.rstrip('/')}/{found[0]}")
     if settings.quantization:
         named = quant_from_name(settings.quantization, None, spec.model_type)
         if spec.quant is not None and named is not None and spec.quant.method == named.method:
@@ -724,7 +884,7 @@ def estimate(
     dp = settings.data_parallel_size
     ep = tp * dp if settings.enable_expert_parallel and spec.is_moe else 1
     notes: list[str] = []
-    if device.kind != "cpu" and device.total_gib <= 0:
+    if not math.isfinite(device.total_gib) or (device.kind != "cpu" and device.total_gib <= 0):
         raise PlanError(
             "--gpu-memory-gib", f"must be positive, got {device.total_gib}", "pass the GPU's total memory in GiB"
         )
@@ -742,7 +902,7 @@ def estimate(
             f"TP={tp} does not divide the {heads} attention heads of {spec.name}",
             f"use one of {divisors}, or pipeline parallelism",
         )
-    if spec.num_kv_heads and not spec.is_mla and tp > spec.num_kv_heads and tp % spec.num_kv_heads:
+    if not kv_heads_shard(spec, tp):
         raise PlanError(
             "--tensor-parallel-size",
             f"TP={tp} is neither a divisor nor a multiple of the {spec.num_kv_heads} KV heads",
@@ -762,11 +922,21 @@ def estimate(
             "devices_per_stage", f"{len(stage_devices)} devices for {pp} stages", "give one device per stage"
         )
 
-    mml_cap = spec.max_position_embeddings
+    # Without --max-model-len vLLM serves its own default (ModelSpec.serve_max_model_len).
+    mml_cap = spec.serve_max_model_len
+    if not settings.max_model_len and mml_cap > LIMITS["max_model_len"]:
+        raise PlanError(
+            "--max-model-len",
+            f"vLLM's default length for {spec.name} is {mml_cap:,} ({spec.derived_max_model_len_key or 'config.json'}),"
+            f" above {LIMITS['max_model_len']:,}, the largest the planner accepts",
+            "pass --max-model-len with the context you need",
+        )
     mml = settings.max_model_len or mml_cap
-    if settings.max_model_len and settings.max_model_len > mml_cap:
+    derived = spec.derived_max_model_len
+    if settings.max_model_len and derived and settings.max_model_len > derived:
         notes.append(
-            f"max_model_len {settings.max_model_len} exceeds max_position_embeddings {mml_cap}: "
+            f"max_model_len {settings.max_model_len} exceeds the model's {spec.derived_max_model_len_key} "
+            f"{int(derived) if derived.is_integer() else derived}: "
             "vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
     smallest = min(stage_devices, key=lambda d: d.total_gib)

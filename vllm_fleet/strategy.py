@@ -21,13 +21,26 @@ then more instances (DP ranks count as instances), then more KV tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import CURRENT_VLLM, GIB, Device, Estimate, Settings, estimate, known_release
-from vllm_fleet.model_spec import ModelSpec
+from vllm_fleet.memory import (
+    CURRENT_VLLM,
+    GIB,
+    LIMITS,
+    Device,
+    Estimate,
+    Settings,
+    check_count,
+    estimate,
+    known_release,
+    kv_heads_shard,
+    vllm_refusal,
+)
+from vllm_fleet.model_spec import ModelSpec, check_max_model_len, check_quantization_flag
 from vllm_fleet.names import check_served_name
 from vllm_fleet.render import (
     DEFAULT_PORT,
@@ -73,6 +86,12 @@ class Wishes:
     # Whether the serving environment has Ray (an image built with it, or a venv that
     # gets it); None: unknown, auto then never picks Ray unless native cannot work.
     ray_available: bool | None = None
+    # The environment vLLM runs with (vllm_fleet_extra_env): what vLLM's own start-up
+    # checks read, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN.
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    # The vllm serve arguments the deployment adds (vllm_fleet_extra_args): read by the
+    # checks of vLLM's own opt-ins (--allow-deprecated-quantization); not rendered here.
+    extra_args: tuple[str, ...] = ()
 
     def allows(self, strategy: str) -> bool:
         allowed = self.strategies or ALL_STRATEGIES
@@ -123,12 +142,11 @@ class Candidate:
 
 def _valid_tps(spec: ModelSpec, max_tp: int) -> list[int]:
     heads = spec.num_attention_heads
-    kv = spec.num_kv_heads
     out = []
     for tp in range(1, max_tp + 1):
         if heads % tp:
             continue
-        if not spec.is_mla and kv and tp > kv and tp % kv:
+        if not kv_heads_shard(spec, tp):
             continue
         if tp & (tp - 1) and tp not in (3, 6, 12):  # keep powers of two and a few common others
             continue
@@ -256,7 +274,7 @@ class _Planner:
                 )
                 continue
             kv = self.spec.num_kv_heads
-            if not self.spec.is_mla and kv and tp > kv and tp % kv:
+            if not kv_heads_shard(self.spec, tp):
                 self._reject("replicas", tp, 1, f"TP={tp} rejected: neither divides nor is a multiple of {kv} KV heads")
                 continue
             options.append(tp)
@@ -320,6 +338,9 @@ class _Planner:
         pp = len(first)
         if self.spec.num_attention_heads % tp:
             self._reject("pp_mixed", tp, pp, f"TP={tp} rejected: {self.spec.num_attention_heads} heads not divisible")
+            return
+        if not kv_heads_shard(self.spec, tp):
+            self._reject("pp_mixed", tp, pp, f"TP={tp} rejected: does not shard {self.spec.num_kv_heads} KV heads")
             return
         if not self._forced(tp, pp):
             return
@@ -498,7 +519,7 @@ class _Planner:
                         "pass --allow-cross-node-tp to span nodes with TP",
                     )
                 continue
-            if self.spec.num_attention_heads % tp or not self._forced(tp, 1):
+            if self.spec.num_attention_heads % tp or not kv_heads_shard(self.spec, tp) or not self._forced(tp, 1):
                 continue
             dev = group[0].device()
             est = self._estimate([dev], tp, 1, nvlink=False)
@@ -550,6 +571,13 @@ class _Planner:
                 )
             self.candidates = forced
         if not self.candidates:
+            asked = self._forced_layout()
+            if asked:
+                raise NothingFitsError(
+                    "model",
+                    f"no layout of {self.spec.name} honours {asked[0]} on these nodes{asked[1]}",
+                    "drop it and let the planner choose",
+                )
             raise NothingFitsError("model", self._nothing_fits(), self._what_would_fit())
         target = self.wishes.target_concurrency
         ranked = sorted(self.candidates, key=lambda c: c.score(target), reverse=True)
@@ -594,13 +622,41 @@ class _Planner:
             return f"no layout fits {self.spec.name}; e.g. {self.rejected[-1]['layout']}: {self.rejected[-1]['reason']}"
         return f"no layout of {self.spec.name} is possible on these nodes"
 
+    def _forced_layout(self) -> tuple[str, str] | None:
+        """(the forced flags, why) when no layout failed for memory: then the forced sizes
+        or strategies are what stands in the way, not max_model_len or fp8."""
+        memory = ("exceed", "KV cache holds", "is free after", "no layer split leaves KV")
+        if any(any(m in r["reason"] for m in memory) for r in self.rejected):
+            return None
+        w = self.wishes
+        forced = [
+            flag
+            for flag, value in (
+                (f"--tensor-parallel-size {w.tensor_parallel_size}", w.tensor_parallel_size),
+                (f"--pipeline-parallel-size {w.pipeline_parallel_size}", w.pipeline_parallel_size),
+                ("--strategy " + " --strategy ".join(w.strategies or ()), w.strategies),
+            )
+            if value
+        ]
+        if not forced:
+            return None
+        why = ""
+        if w.strategies and set(w.strategies) <= {"dp_ep"} and not self.spec.is_moe:
+            why = f"; dp_ep needs a MoE model and {self.spec.name} is dense"
+        elif w.pipeline_parallel_size:
+            why = (
+                "; inside one node PP is 2, 4 or 8 stages, across nodes one stage per node of one GPU type "
+                f"(PP={w.pipeline_parallel_size} needs {w.pipeline_parallel_size} such nodes)"
+            )
+        return " and ".join(forced), why
+
     def _what_would_fit(self) -> str:
         hints = []
         biggest = max(self.nodes, key=lambda n: n.gpu_memory_gib * n.gpu_count)
         dev = biggest.device()
         tp = max(t for t in _valid_tps(self.spec, biggest.gpu_count))
         base = estimate(self.spec, dev, self._settings(tp, 1))
-        if base.max_model_len_fit >= 256 and base.ranks[0].available_kv_gib > 0:
+        if 256 <= base.max_model_len_fit < base.max_model_len and base.ranks[0].available_kv_gib > 0 and not base.fits:
             hints.append(f"--max-model-len {base.max_model_len_fit // 256 * 256} on one {dev.name} node")
         if not self.wishes.quantization and self.spec.quant is None:
             q = estimate(self.spec, dev, replace(self._settings(tp, 1), quantization="fp8"))
@@ -771,32 +827,25 @@ def _stage_ranks(est: Estimate, count: int, dp: bool) -> list[Any]:
 def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = None) -> dict[str, Any]:
     """Plan ``spec`` on ``nodes``; the dict is what ``plan --json`` prints."""
     wishes = wishes or Wishes()
-    if wishes.gpu_memory_utilization is not None and not 0 < wishes.gpu_memory_utilization <= 1:
-        raise PlanError(
-            "gpu_memory_utilization",
-            f"must be in (0, 1], got {wishes.gpu_memory_utilization}",
-            "use a fraction such as 0.9",
-        )
-    for name in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs"):
-        value = getattr(wishes, name)
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise PlanError(name, f"must be a positive integer, got {value!r}", f"set {name} to 1 or more, or omit it")
-    tp = wishes.tensor_parallel_size
-    if tp and spec.num_attention_heads % tp:
-        divisors = [d for d in range(1, 17) if spec.num_attention_heads % d == 0]
-        raise PlanError(
-            "--tensor-parallel-size",
-            f"TP={tp} does not divide the {spec.num_attention_heads} attention heads of {spec.name}",
-            f"use one of {divisors}",
-        )
-    if wishes.pipeline_parallel_size and wishes.pipeline_parallel_size > spec.num_layers:
-        raise PlanError(
-            "--pipeline-parallel-size",
-            f"{wishes.pipeline_parallel_size} stages for {spec.num_layers} layers",
-            f"use at most {spec.num_layers}",
-        )
-    planner = _Planner(spec, nodes, wishes)
+    _check_wishes(spec, nodes, wishes)
+    usable, refused = _nodes_vllm_runs_on(spec, nodes, wishes)
+    planner = _Planner(spec, usable, wishes)
+    if refused:
+        planner.warnings.append(f"left out {', '.join(refused)}: {refused[next(iter(refused))]}")
+    long_len = check_max_model_len(spec, wishes.max_model_len, wishes.extra_env) if wishes.max_model_len else None
+    if long_len:
+        planner.warnings.append(long_len)
+    replaced = check_quantization_flag(
+        spec, wishes.quantization, rendered=True, vllm_version=wishes.vllm_version, extra_args=wishes.extra_args
+    ).note
+    if replaced:
+        planner.warnings.append(replaced)
     best = planner.run()
+    for est in {id(e): e for e in best.estimates}.values():
+        if not wishes.max_model_len:  # the planner's own length (vLLM's default, or lowered to fit)
+            note = check_max_model_len(spec, est.max_model_len, wishes.extra_env, asked=False)
+            if note and note not in planner.warnings:
+                planner.warnings.append(note)
     unknown_release = known_release(wishes.vllm_version)
     if unknown_release:
         planner.warnings.append(unknown_release)
@@ -807,6 +856,14 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
         _instance_dict(planner, best, i, est, inst, used, ports, memory)
         for i, (est, inst) in enumerate(zip(best.estimates, best.instances, strict=True))
     ]
+    last_port = max(i["port"] for i in instances)
+    if last_port > 65535:
+        crowded = max(ports, key=lambda n: ports[n])
+        raise PlanError(
+            "vllm_fleet_port",
+            f"{wishes.port} + {ports[crowded]} instances on {crowded} needs ports up to {last_port}, above 65535",
+            f"use a first port of at most {65536 - ports[crowded]}",
+        )
     gpus_used = sum(g for inst in best.instances for _, g in inst)
     total_gpus = sum(n.gpu_count for n in nodes)
     summary = (
@@ -835,3 +892,108 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
         "ranking": "fits > meets target concurrency > fewer cross-node hops > more instances > "
         "fewer pipeline stages > more KV tokens",
     }
+
+
+def _check_wishes(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
+    """The wishes' types and ranges, and the requests vLLM itself would refuse."""
+    util = wishes.gpu_memory_utilization
+    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
+        raise PlanError(
+            "gpu_memory_utilization",
+            f"must be in (0, 1], got {util!r}",
+            "use a fraction such as 0.9",
+        )
+    for name in (
+        "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_num_seqs",
+        "target_concurrency",
+    ):  # fmt: skip
+        check_count(getattr(wishes, name), name, LIMITS[name])
+    port = wishes.port
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise PlanError("vllm_fleet_port", f"must be a port (1 to 65535), got {port!r}", "e.g. 8000")
+    unknown = sorted(set(wishes.strategies or ()) - set(ALL_STRATEGIES))
+    if unknown:
+        raise PlanError("--strategy", f"unknown strategy {unknown[0]!r}", f"use some of {list(ALL_STRATEGIES)}")
+    if not isinstance(wishes.extra_env, Mapping):
+        raise PlanError("vllm_fleet_extra_env", f"must be a mapping, got {wishes.extra_env!r}", "e.g. {A: '1'}")
+    tp = wishes.tensor_parallel_size
+    if tp:
+        _check_forced_tp(spec, nodes, wishes, tp)
+    if tp and spec.num_attention_heads % tp:
+        divisors = [d for d in range(1, 17) if spec.num_attention_heads % d == 0]
+        raise PlanError(
+            "--tensor-parallel-size",
+            f"TP={tp} does not divide the {spec.num_attention_heads} attention heads of {spec.name}",
+            f"use one of {divisors}",
+        )
+    pp = wishes.pipeline_parallel_size
+    if pp and pp > spec.num_layers:
+        raise PlanError(
+            "--pipeline-parallel-size",
+            f"{pp} stages for {spec.num_layers} layers",
+            f"use at most {spec.num_layers}",
+        )
+    total = sum(n.gpu_count for n in nodes)
+    if (tp or 1) * (pp or 1) > total:
+        raise PlanError(
+            "--pipeline-parallel-size" if pp else "--tensor-parallel-size",
+            f"TP={tp or 1} x PP={pp or 1} needs {(tp or 1) * (pp or 1)} GPUs, the cluster has {total}",
+            "ask for fewer, or unset them and let the planner choose",
+        )
+    if not isinstance(wishes.extra_args, list | tuple) or not all(isinstance(a, str) for a in wishes.extra_args):
+        raise PlanError("vllm_fleet_extra_args", f"must be a list of strings, got {wishes.extra_args!r}", "e.g. []")
+    check_quantization_flag(
+        spec, wishes.quantization, rendered=True, vllm_version=wishes.vllm_version, extra_args=wishes.extra_args
+    )
+    if wishes.max_model_len:
+        check_max_model_len(spec, wishes.max_model_len, wishes.extra_env)
+
+
+def _check_forced_tp(spec: ModelSpec, nodes: list[Node], wishes: Wishes, tp: int) -> None:
+    """A forced TP larger than every node: say so (not a max_model_len or fp8 hint)."""
+    largest = max(n.gpu_count for n in nodes)
+    if tp <= largest:
+        return
+    if wishes.allow_cross_node_tp:
+        # Cross-node TP spans two nodes of one GPU type (strategy tp_cross_node).
+        spans = sorted({2 * min(n.gpu_count for n in group) for group in _groups(nodes).values() if len(group) >= 2})
+        if tp in spans:
+            return
+        across = f"; across two nodes TP={' or '.join(str(s) for s in spans)}" if spans else ""
+    else:
+        across = ", or pass --allow-cross-node-tp to span two nodes with TP (slower than PP across nodes)"
+    valid = _valid_tps(spec, largest)
+    raise NothingFitsError(
+        "--tensor-parallel-size",
+        f"TP={tp} needs {tp} GPUs in one node, the largest has {largest}",
+        f"use TP of at most {largest} (valid for {spec.name}: {', '.join(map(str, valid))}) with PP across nodes"
+        + across,
+    )
+
+
+def _groups(nodes: list[Node]) -> dict[str, list[Node]]:
+    groups: dict[str, list[Node]] = {}
+    for node in nodes:
+        groups.setdefault(node.gpu_key, []).append(node)
+    return groups
+
+
+def _nodes_vllm_runs_on(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> tuple[list[Node], dict[str, str]]:
+    """The nodes whose GPUs vLLM can run the request on, and why the others are left out
+    (bf16 on a V100, fp8 or mxfp4 weights below their compute capability...). When none can,
+    the first node's reason is the error."""
+    usable: list[Node] = []
+    refused: dict[str, str] = {}
+    first: PlanError | None = None
+    for node in nodes:
+        err = vllm_refusal(
+            spec, node.device(), wishes.dtype, wishes.quantization, wishes.kv_cache_dtype, wishes.vllm_version
+        )
+        if err is None:
+            usable.append(node)
+            continue
+        first = first or err
+        refused[node.name] = err.problem
+    if first is not None and not usable:
+        raise first
+    return usable, refused

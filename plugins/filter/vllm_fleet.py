@@ -11,14 +11,12 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    import vllm_fleet  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# A checkout's plugin plans with the checkout's own package, before any installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vllm_fleet import deploy, doctor, interface, serve
 from vllm_fleet.cluster import cluster_from_data
-from vllm_fleet.errors import PlanError
+from vllm_fleet.errors import PlanError, for_inventory
 from vllm_fleet.facts import host_facts
 from vllm_fleet.memory import Device, Settings, estimate
 from vllm_fleet.model_spec import load_model
@@ -46,7 +44,9 @@ options:
   wishes:
     description: Optional keys max_model_len, gpu_memory_utilization, dtype, quantization, kv_cache_dtype,
       tensor_parallel_size, pipeline_parallel_size, allow_cross_node_tp, max_num_seqs, enforce_eager,
-      target_concurrency, strategies, served_model_name, port.
+      target_concurrency, strategies, served_model_name, port, extra_env (the environment vLLM runs with,
+      which its start-up checks read, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN), extra_args (the vllm serve
+      arguments every node adds, e.g. --allow-deprecated-quantization).
     type: dict
 """
 
@@ -86,6 +86,8 @@ _WISH_KEYS = {
     "multinode_backend",
     "data_parallel_size",
     "ray_available",
+    "extra_env",
+    "extra_args",
 }
 
 
@@ -99,8 +101,9 @@ def _clean(wishes: dict[str, Any] | None) -> dict[str, Any]:
         raise AnsibleFilterError(
             f"vllm_fleet_plan: unknown wish(es) {sorted(unknown)}; fix: use only {sorted(_WISH_KEYS)}"
         )
-    if "strategies" in data:
-        data["strategies"] = tuple(data["strategies"])
+    for key in ("strategies", "extra_args"):
+        if key in data:
+            data[key] = tuple(data[key])
     for key in (
         "max_model_len",
         "tensor_parallel_size",
@@ -126,7 +129,17 @@ def vllm_fleet_plan(nodes: Any, model: str, wishes: dict[str, Any] | None = None
         cluster = cluster_from_data(list(nodes) if not isinstance(nodes, dict) else nodes)
         return plan_cluster(spec, cluster, Wishes(**_clean(wishes)))
     except PlanError as err:
-        raise AnsibleFilterError(f"vllm_fleet_plan: {err}") from err
+        raise AnsibleFilterError(f"vllm_fleet_plan: {for_inventory(err)}") from None
+
+
+def vllm_fleet_check_ports(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` itself, once no node has two services on one port among the ports the plan
+    hands out there (``settings``: what vllm_fleet_settings returned)."""
+    try:
+        interface.check_plan_ports(plan, settings["nodes"], settings.get("role_vars") or {})
+    except PlanError as err:
+        raise AnsibleFilterError(f"vllm_fleet_check_ports: {for_inventory(err)}") from None
+    return plan
 
 
 def vllm_fleet_estimate(model: str, gpu_memory_gib: float, settings: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -134,7 +147,7 @@ def vllm_fleet_estimate(model: str, gpu_memory_gib: float, settings: dict[str, A
         spec = load_model(str(model))
         return estimate(spec, Device("GPU", float(gpu_memory_gib)), Settings(**(settings or {}))).to_dict()
     except PlanError as err:
-        raise AnsibleFilterError(f"vllm_fleet_estimate: {err}") from err
+        raise AnsibleFilterError(f"vllm_fleet_estimate: {for_inventory(err)}") from None
     except TypeError as err:
         raise AnsibleFilterError(f"vllm_fleet_estimate: bad settings ({err})") from err
 
@@ -175,7 +188,7 @@ def vllm_fleet_launches(
     try:
         return serve.launches(instances, node, options)
     except PlanError as err:
-        raise AnsibleFilterError(str(err)) from err
+        raise AnsibleFilterError(str(for_inventory(err))) from None
 
 
 def vllm_fleet_kv_report(log: str) -> dict[str, Any]:
@@ -211,16 +224,31 @@ def vllm_fleet_node(
     try:
         return deploy.node_record(plan, str(node), dict(settings), dict(context or {}))
     except PlanError as err:
-        raise AnsibleFilterError(str(err)) from err
+        raise AnsibleFilterError(str(for_inventory(err))) from None
 
 
 def _own_vars(host_vars: Any) -> dict[str, Any]:
-    """A host's ``vllm_fleet_*`` variables, templated (Vault values are decrypted here)."""
-    return {
-        k: host_vars[k]
-        for k in list(host_vars.keys())
-        if str(k).startswith(interface.PREFIX) and k not in interface.DERIVED
-    }
+    """A host's ``vllm_fleet_*`` variables, templated (Vault values are decrypted here);
+    one that cannot be read (an undecryptable Vault value, a broken template) is named."""
+    out: dict[str, Any] = {}
+    for k in list(host_vars.keys()):
+        if not str(k).startswith(interface.PREFIX) or k in interface.DERIVED:
+            continue
+        try:
+            value = host_vars[k]
+            str(value)  # an undecryptable Vault value trips here, not on access
+            out[k] = value
+        except Exception as err:  # Ansible raises many kinds; the name is what matters
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise _Unreadable(
+                f"{k} cannot be read ({first}); fix: check its Vault password (--ask-vault-pass, "
+                "--vault-password-file) or its template"
+            ) from err
+    return out
+
+
+class _Unreadable(Exception):
+    """A variable whose value Ansible cannot produce."""
 
 
 def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
@@ -228,6 +256,8 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
     ``{"nodes": {name: settings}, "warnings": [...]}``; one line naming the field on a bad value."""
     per_node: dict[str, dict[str, Any]] = {}
     role_vars: dict[str, dict[str, Any]] = {}
+    hosts: dict[str, str | None] = {}
+    ssh_ports: dict[str, Any] = {}
     warnings: list[str] = []
     for name in nodes:
         try:
@@ -236,7 +266,13 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
             role_vars[name] = {
                 k: hostvars[name][k] for k in list(hostvars[name].keys()) if str(k).startswith(interface.ROLE_PREFIXES)
             }
+            # The machine behind the name: two names for one machine are refused.
+            host = hostvars[name].get("ansible_host")
+            hosts[name] = str(host) if host else None
+            ssh_ports[name] = hostvars[name].get("ansible_port")
         except PlanError as err:
+            raise AnsibleFilterError(f"{name}: {err}") from err
+        except _Unreadable as err:
             raise AnsibleFilterError(f"{name}: {err}") from err
         except Exception as err:  # an undecryptable Vault value, a broken template
             raise AnsibleFilterError(f"{name}: a vllm_fleet_* variable cannot be read: {err}") from err
@@ -244,15 +280,15 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
             if line not in warnings:
                 warnings.append(line)
     try:
-        interface.check_nodes(per_node)
+        interface.check_nodes(per_node, role_vars, hosts, ssh_ports)
     except PlanError as err:
-        raise AnsibleFilterError(str(err)) from err
+        raise AnsibleFilterError(str(for_inventory(err))) from None
     first = nodes[0] if nodes else None
     return {
         "nodes": per_node,
         "role_vars": role_vars,
         "warnings": warnings,
-        "wishes": interface.wishes(per_node[first], role_vars[first]) if first else {},
+        "wishes": interface.wishes(per_node[first], role_vars[first], per_node.values()) if first else {},
     }
 
 
@@ -260,6 +296,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_fleet_plan": vllm_fleet_plan,
+            "vllm_fleet_check_ports": vllm_fleet_check_ports,
             "vllm_fleet_node": vllm_fleet_node,
             "vllm_fleet_settings": vllm_fleet_settings,
             "vllm_fleet_estimate": vllm_fleet_estimate,

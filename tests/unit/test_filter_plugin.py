@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -38,3 +39,14 @@ def test_filter_errors_carry_the_planners_reason(tmp_path: Path) -> None:
         filters["vllm_fleet_plan"]([{"name": "x", "gpu": "Q1", "gpu_count": 1}], "Qwen/Qwen3-8B")
     with pytest.raises(AnsibleFilterError, match=r"unknown wish\(es\) \['colour'\]"):
         filters["vllm_fleet_plan"]([{"name": "x", "gpu": "H100", "gpu_count": 1}], "Qwen/Qwen3-8B", {"colour": 1})
+
+
+def test_the_plugin_puts_its_checkout_first() -> None:
+    """A checkout's plugin plans with the checkout's own package, not an installed copy."""
+    saved = list(sys.path)
+    try:
+        sys.path.insert(0, "/nonexistent/site-packages")
+        _plugin()
+        assert sys.path[0] == str(ROOT)
+    finally:
+        sys.path[:] = saved
