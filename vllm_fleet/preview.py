@@ -13,8 +13,10 @@ Two states of the same shape are compared::
 
 :func:`diff` names what the roles would do: a launch restarts when its argv, group wrapper,
 environment (secrets included), runtime or (containers) image changes, as the role
-decides; a changed pip requirement alone is installed without a restart. A rank of a
-multi-node group restarts with the group. Secret-like environment values (``*TOKEN*``,
+decides; a new pip requirement alone is installed without a restart (a venv that holds
+every requirement is kept). A rank of a multi-node group restarts with the group. Ray
+no longer planned on a node is stopped (playbooks/cluster.yml); a gateway no longer
+planned on a host is left running (``leave``). Secret-like environment values (``*TOKEN*``,
 ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``) are only ever a sha256 prefix here, and
 changes to them are reported as "changed", never with a value.
 
@@ -261,7 +263,7 @@ class Field:
 class Change:
     """What happens to one thing on one node: ``component`` vllm (a launch), ray or
     gateway; ``action`` start, restart, stop, nothing, reinstall (the requirement alone
-    changed), reload (nginx) or leave (no longer planned, left running)."""
+    changed), reload (nginx) or leave (a gateway no longer planned, left running)."""
 
     node: str
     component: str
@@ -443,7 +445,8 @@ def _launch_change(node: str, old: Mapping[str, Any], new: Mapping[str, Any], se
     if runtime_old == runtime_new == "systemd":
         if "package" not in old:
             missing.append("package")
-        elif old["package"] != new["package"]:
+        elif set(str(new["package"]).split()) - set(str(old["package"]).split()):
+            # The role keeps a venv that already holds every requirement (vllm_server tasks/venv.yml).
             package.append(Field("package", "package", "changed", str(old["package"]), str(new["package"])))
     change = Change(node, "vllm", str(new["instance"]), "nothing", unit=str(new["name"]), model=model_of(new))
     restart = [f for f in fields if f.field != "executor"]  # the executor shows in argv already
@@ -481,11 +484,8 @@ def _ray_change(node: str, old: Mapping[str, Any] | None, new: Mapping[str, Any]
         assert new is not None
         part = f"head of {new['name']}" if new["head"] == node else f"joins {new['name']}, head {new['head']}"
         return Change(node, "ray", "Ray", "start", part)
-    if new is None:
-        return Change(
-            node, "ray", "Ray", "leave",
-            "the plan no longer uses Ray here; site.yml leaves it running, playbooks/teardown.yml stops it",
-        )  # fmt: skip
+    if new is None:  # playbooks/cluster.yml stops the Ray an earlier plan started
+        return Change(node, "ray", "Ray", "stop", "the plan no longer uses Ray here")
     fields = [
         Field(k, k, "changed", str(old.get(k)), str(new[k]))
         for k in ("name", "head", "version", "runtime")

@@ -159,13 +159,12 @@ def test_preview_of_the_same_plan_says_nothing_restarts(deployed: dict[str, Any]
         "node1": ["tiny-llama-0 on node1: nothing"],
         "node2": [
             "tiny-llama-0 on node2: nothing",
-            "Ray on node2: leave (the plan no longer uses Ray here; site.yml leaves it running, "
-            "playbooks/teardown.yml stops it)",
+            "Ray on node2: stop (the plan no longer uses Ray here)",
         ],
         "node3": ["gateway on node3: nothing"],
     }
-    assert result["warnings"] == [] and result["counts"] == {"nothing": 3, "leave": 1}
-    assert "tiny-llama-0 on node1: nothing" in done.stdout and "4 item(s): 1 leave, 3 nothing" in done.stdout
+    assert result["warnings"] == [] and result["counts"] == {"nothing": 3, "stop": 1}
+    assert "tiny-llama-0 on node1: nothing" in done.stdout and "4 item(s): 1 stop, 3 nothing" in done.stdout
     assert result["inputs"]["nodes"]["node1"]["settings"]["api_key"] is True  # present, never the value
     text = (art / "preview.json").read_text()
     assert KEY not in text and "sha256:" not in text and KEY not in done.stdout + done.stderr

