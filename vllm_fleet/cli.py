@@ -1,4 +1,4 @@
-"""``vllm-fleet``: estimate one instance's memory, plan a cluster, or check its nodes (doctor).
+"""``vllm-fleet``: estimate one instance's memory, plan a cluster (and preview a change), or check its nodes (doctor).
 
 Exit codes: 0 success, 2 bad input or nothing fits (one line on stderr
 naming the field and the fix); doctor: 1 when a check fails.
@@ -12,6 +12,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.errors import PlanError, for_cli
@@ -149,10 +150,22 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--data-parallel-size", "-dp", type=_count(LIMITS["data_parallel_size"]), default=None, help="force DP ranks"
     )
-    plan.add_argument("--vllm-version", default=CURRENT_VLLM, help="the vLLM release that will run (default: current)")
-    plan.add_argument("--node", help="print this node's deployment record (JSON) instead of the plan")
+    plan.add_argument("--vllm-version", default=None, help="the vLLM release that will run (default: current)")
+    what = plan.add_mutually_exclusive_group()
+    what.add_argument("--node", help="print this node's deployment record (JSON) instead of the plan")
+    what.add_argument(
+        "--diff",
+        type=Path,
+        metavar="APPLIED.json",
+        help="preview what applying this plan starts, restarts or stops, against what the nodes run "
+        "(artifacts/preview.json of `ansible-playbook site.yml --tags preview`); the deployment's "
+        "settings are kept, the options given here change them",
+    )
     plan.add_argument(
-        "--runtime", choices=["container", "systemd"], default="container", help="the nodes' runtime, for --node"
+        "--runtime",
+        choices=["container", "systemd"],
+        default=None,
+        help="the nodes' runtime, for --node and --diff (default: container, or the deployment's for --diff)",
     )
 
     sub.add_parser("models", help="list the built-in model catalog")
@@ -245,12 +258,8 @@ def run_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_plan(args: argparse.Namespace) -> int:
-    from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
-
-    cluster = load_cluster(args.cluster)
-    spec = load_model(args.model)
-    wishes = Wishes(
+def _wishes(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         dtype=args.dtype,
@@ -271,9 +280,89 @@ def run_plan(args: argparse.Namespace) -> int:
         extra_env=dict(args.env),
         extra_args=_extra_args(args),
     )
+
+
+def _with_extra_args(result: dict[str, Any], extra_args: list[str]) -> None:
+    """The plan's vllm serve gets the opt-ins it was planned with."""
+    for inst in result["instances"]:
+        inst["vllm_args"] += [a for a in extra_args if a not in inst["vllm_args"]]
+
+
+def _read_applied(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise PlanError("--diff", f"cannot read {path}: {exc.strerror}", "pass artifacts/preview.json") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PlanError("--diff", f"{path} is not JSON ({exc})", "pass artifacts/preview.json") from exc
+    if not isinstance(raw, dict):
+        raise PlanError("--diff", f"{path} is not a JSON object", "pass artifacts/preview.json")
+    return raw
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str, Any]) -> int:
+    """``plan --diff``: plan with the deployment's settings (saved in preview.json) changed by
+    the options given, and compare each node's new record with what the nodes run."""
+    from vllm_fleet import deploy, interface, preview
+    from vllm_fleet.strategy import Wishes, plan_cluster
+
+    raw = _read_applied(args.diff)
+    applied = preview.applied_state(raw)
+    inputs = _mapping(raw.get("inputs"))
+    saved = _mapping(inputs.get("wishes"))
+    fields = set(Wishes.__dataclass_fields__)
+    unknown = sorted(set(saved) - fields)
+    if unknown:
+        raise PlanError(
+            "--diff", f"inputs.wishes has unknown wish(es) {unknown}", "write it with a matching vllm-fleet"
+        )
+    given = {k: v for k, v in wishes.items() if v not in (None, False, "auto", {}, []) and k != "model_ref"}
+    merged = {**saved, **given}
+    if isinstance(merged.get("strategies"), list):
+        merged["strategies"] = tuple(merged["strategies"])
+    merged.setdefault("vllm_version", CURRENT_VLLM)
+    result = plan_cluster(spec, cluster, Wishes(**merged))
+    _with_extra_args(result, list(merged.get("extra_args") or []))
+    saved_nodes = _mapping(inputs.get("nodes"))
+    records: dict[str, dict[str, Any]] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    try:
+        for node in [n["name"] for n in result["nodes"]]:
+            mine = _mapping(saved_nodes.get(node))
+            settings = dict(mine.get("settings") or interface.resolve({"vllm_fleet_model": args.model}))
+            if args.runtime:
+                settings["runtime"] = args.runtime
+            if args.vllm_version:
+                settings["vllm_version"] = args.vllm_version
+            record = deploy.node_record(result, node, settings, dict(mine.get("context") or {}))
+            image = mine.get("image") if mine.get("image_base") == record["vllm"]["image"] else None
+            records[node] = record
+            parts[node] = preview.node_state(record, server_env=mine.get("server_env") or {}, image=image)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, PlanError):
+            raise
+        raise PlanError(
+            "--diff", f"malformed inputs ({type(exc).__name__}: {exc})", "write it with playbooks/preview.yml"
+        ) from exc
+    found = preview.diff(applied, preview.planned_state(parts, records))
+    print(json.dumps(found.to_dict(), indent=2) if args.json else preview.render(found))
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
+
+    cluster = load_cluster(args.cluster)
+    spec = load_model(args.model)
+    if args.diff:
+        return run_diff(args, spec, cluster, _wishes(args))
+    wishes = Wishes(**{**_wishes(args), "vllm_version": args.vllm_version or CURRENT_VLLM})
     result = plan_cluster(spec, cluster, wishes)
-    for inst in result["instances"]:  # the plan's vllm serve gets the opt-ins it was planned with
-        inst["vllm_args"] += [a for a in wishes.extra_args if a not in inst["vllm_args"]]
+    _with_extra_args(result, list(wishes.extra_args))
     if args.node:
         from vllm_fleet import deploy, interface
 
@@ -282,8 +371,8 @@ def run_plan(args: argparse.Namespace) -> int:
         settings = interface.resolve(
             {
                 "vllm_fleet_model": args.model,
-                "vllm_fleet_runtime": args.runtime,
-                "vllm_fleet_vllm_version": args.vllm_version,
+                "vllm_fleet_runtime": args.runtime or "container",
+                "vllm_fleet_vllm_version": args.vllm_version or CURRENT_VLLM,
             }
         )
         print(json.dumps(deploy.node_record(result, args.node, settings), indent=2))

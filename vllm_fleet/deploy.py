@@ -12,7 +12,8 @@ so that playbooks compute it once and hand its parts to roles:
 * ``launches``: every ``vllm serve`` this node runs (argv, env, ports, GPU ids,
   bind address, group restart and Ray attach settings);
 * ``gateway`` and ``verify``: where nginx runs, its upstreams, what verify probes;
-* ``served_model_name`` and ``firewall_sources``.
+* ``served_model_name``, ``firewall_sources`` and ``paths`` (where the roles record
+  what they started, which the preview reads back: vllm_fleet/preview.py).
 
 Pure Python, no Ansible import: unit tests pin the records of real plans.
 """
@@ -243,6 +244,13 @@ def node_record(
         "model_path": path,
         "build_model": path if settings.get("build_model") else None,
         "firewall_sources": _sources(plan, here, gateway, ctx.get("addresses") or {}),
+        # Where the roles keep what they started (read back by the preview, playbooks/preview.yml).
+        "paths": {
+            "vllm_state_dir": server_vars["state_dir"],
+            "vllm_config_dir": server_vars["config_dir"],
+            "ray_config_dir": ray_vars["config_dir"],
+            "gateway_config_dir": _overlay("llm_gateway", ("config_dir",), ctx.get("role_vars"))["config_dir"],
+        },
         # Ports the members of a multi-node instance use between them (vLLM's master and
         # DP RPC ports, the group wrapper's presence port), next to each launch's API port.
         "firewall_ports": sorted(

@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import deploy, doctor, interface, serve
+from vllm_fleet import deploy, doctor, interface, preview, serve
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_inventory
 from vllm_fleet.facts import host_facts
@@ -227,6 +227,31 @@ def vllm_fleet_node(
         raise AnsibleFilterError(str(for_inventory(err))) from None
 
 
+def vllm_fleet_preview_node(
+    record: dict[str, Any], applied: dict[str, Any], options: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One node's share of the preview (vllm_fleet/preview.py node_part): its planned state,
+    the records read on it and the inputs a laptop plans again with. The API key and Hub
+    token in ``options`` are hashed here and never returned."""
+    try:
+        return preview.node_part(dict(record), dict(applied or {}), dict(options or {}))
+    except (KeyError, TypeError, ValueError) as err:
+        raise AnsibleFilterError(f"vllm_fleet_preview_node: malformed input ({type(err).__name__}: {err})") from err
+
+
+def vllm_fleet_preview(
+    parts: dict[str, Any], gateways: dict[str, Any] | None = None, wishes: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What applying the plan starts, restarts or stops on every node (vllm_fleet/preview.py
+    report): changes, lines, warnings, summary, and the applied and planned states."""
+    try:
+        return preview.report(dict(parts), dict(gateways or {}), dict(wishes or {}))
+    except PlanError as err:
+        raise AnsibleFilterError(f"vllm_fleet_preview: {err}") from err
+    except (KeyError, TypeError, ValueError) as err:
+        raise AnsibleFilterError(f"vllm_fleet_preview: malformed input ({type(err).__name__}: {err})") from err
+
+
 def _own_vars(host_vars: Any) -> dict[str, Any]:
     """A host's ``vllm_fleet_*`` variables, templated (Vault values are decrypted here);
     one that cannot be read (an undecryptable Vault value, a broken template) is named."""
@@ -298,6 +323,8 @@ class FilterModule:
             "vllm_fleet_plan": vllm_fleet_plan,
             "vllm_fleet_check_ports": vllm_fleet_check_ports,
             "vllm_fleet_node": vllm_fleet_node,
+            "vllm_fleet_preview_node": vllm_fleet_preview_node,
+            "vllm_fleet_preview": vllm_fleet_preview,
             "vllm_fleet_settings": vllm_fleet_settings,
             "vllm_fleet_estimate": vllm_fleet_estimate,
             "vllm_fleet_plan_table": vllm_fleet_plan_table,

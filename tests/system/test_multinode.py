@@ -8,7 +8,7 @@ KV budget per node; no Ray in the host venv, so the native executor
 1. site.yml serves it: verify through the gateway and directly, KV tokens as
    planned (which holds only if each stage holds the planned layers with its own
    node's KV bytes), the partition in both ranks' environment, no Ray anywhere;
-2. a second run changes nothing;
+2. a second run changes nothing, and the preview (--tags preview) says nothing restarts;
 3. kill -9 of the headless rank: the group (both ranks) restarts as one and
    answers again; the time is printed;
 4. the doctor passes on it, with the host-runtime checks applied (no longer
@@ -30,6 +30,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -174,6 +175,38 @@ def test_a_second_run_changes_nothing(native_pp: Deployment) -> None:
     print(f"\n[multinode] second run {seconds:.0f} s = {seconds / native_pp.first_seconds:.2f} of the first")
 
 
+def _preview(native_pp: Deployment, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """site.yml --tags preview: it must change nothing on any host and never show the key."""
+    done = run_site(native_pp.inventory, native_pp.artifacts, "--tags", "preview", *extra, timeout=300)
+    assert done.returncode == 0, failures(done)
+    recap = _recap(done.stdout)
+    assert all(recap[n.name]["changed"] == 0 for n in native_pp.hosts.nodes), recap
+    text = (native_pp.artifacts / "preview.json").read_text()
+    assert API_KEY not in done.stdout + done.stderr + text, "the API key was shown"
+    return done, json.loads(text)
+
+
+def test_the_preview_says_nothing_restarts(native_pp: Deployment) -> None:
+    start = time.monotonic()
+    _, result = _preview(native_pp)
+    print(f"\n[multinode] preview of the deployed plan: {time.monotonic() - start:.0f} s")
+    assert result["by_node"] == {
+        "node1": ["tiny-llama-0 on node1: nothing"],
+        "node2": ["tiny-llama-0 on node2: nothing"],
+        "node3": ["gateway on node3: nothing"],
+    }, result["lines"]
+    assert result["warnings"] == [] and result["counts"] == {"nothing": 3}
+
+
+def _unit_starts(node: str) -> dict[str, str]:
+    """When each vllm-fleet-vllm-*.service of ``node`` last became active (systemd's monotonic clock)."""
+    script = (
+        "for u in $(systemctl list-units --all --plain --no-legend 'vllm-fleet-vllm-*.service' | awk '{print $1}'); "
+        'do echo "$u $(systemctl show -p ActiveEnterTimestampMonotonic --value "$u")"; done'
+    )
+    return dict(line.split(" ", 1) for line in _ssh(node, script).splitlines() if " " in line)
+
+
 def test_killing_the_headless_rank_restarts_the_group_as_one(native_pp: Deployment) -> None:
     gateway = f"http://{native_pp.hosts.nodes[2].address}:8080"
     head_before = _ssh("node1", f"systemctl show -p NRestarts --value {UNIT}").strip()
@@ -276,6 +309,24 @@ def test_dp2_across_two_hosts_with_a_headless_second_rank(native_pp: Deployment)
     dp = json.dumps(
         {"vllm_fleet_gpu_memory_gib": 1, "vllm_fleet_pipeline_parallel_size": None, "vllm_fleet_data_parallel_size": 2}
     )
+    # The preview first, with the same change: both ranks restart (the flags named), all at once.
+    before = {node: _unit_starts(node) for node in ("node1", "node2")}
+    assert all(UNIT in units for units in before.values()), before
+    _, predicted = _preview(native_pp, "-e", dp)
+    for node in ("node1", "node2"):
+        line = predicted["by_node"][node][0]
+        assert line.startswith(f"tiny-llama-0 on {node}: restart ("), predicted["lines"]
+        assert "--nnodes 2 removed" in line and "--data-parallel-size 2 added" in line, line
+    assert any(w.startswith("every serving instance of tiny-llama restarts or stops at once")
+               for w in predicted["warnings"]), predicted["warnings"]  # fmt: skip
+    # The native re-run after the Ray check stopped its Ray (and removed cluster.json): no Ray line.
+    assert [c for c in predicted["changes"] if c["component"] == "ray"] == [], predicted["lines"]
+    expected = {
+        (c["node"], f"vllm-fleet-{c['unit']}.service")
+        for c in predicted["changes"]
+        if c["component"] == "vllm" and c["action"] != "nothing"
+    }
+    assert expected == {("node1", UNIT), ("node2", UNIT)}, predicted["lines"]
     start = time.monotonic()
     done = run_site(native_pp.inventory, native_pp.artifacts, "-e", dp, timeout=1200)
     assert done.returncode == 0, failures(done)
@@ -291,3 +342,9 @@ def test_dp2_across_two_hosts_with_a_headless_second_rank(native_pp: Deployment)
         "node2", f"journalctl -u {UNIT} --no-pager -o cat | grep -m1 'EngineCore_DP1.*KV cache size' || true"
     )
     assert "KV cache size" in journal, "node2 runs no DP rank 1 engine"
+    # Exactly the units the preview named restarted, and no other.
+    after = {node: _unit_starts(node) for node in ("node1", "node2")}
+    restarted = {
+        (node, unit) for node, units in before.items() for unit, t in units.items() if after[node].get(unit) != t
+    }
+    assert restarted == expected, (before, after)
