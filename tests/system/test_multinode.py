@@ -255,35 +255,10 @@ def test_doctor_passes_on_the_deployment_and_names_a_planted_fault(native_pp: De
     assert "node1 -> node2:29599" in checks["ports between members"]["detail"]
 
 
-def test_ray_backend_attaches_then_vllm_refuses_ray_on_the_cpu(native_pp: Deployment) -> None:
-    ray = run_site(native_pp.inventory, native_pp.artifacts, "-e", "vllm_fleet_multinode_backend=ray", timeout=1200)
-    output = ray.stdout + ray.stderr
-    plan = json.loads((native_pp.artifacts / "plan.json").read_text())
-    assert plan["instances"][0]["executor"] == "ray"
-    assert "Ray cluster vllm-fleet-ray: 2 nodes, 2.0 GPUs" in output, output[-6000:]
-    # The check ran in the launch's venv (vLLM and Ray together) with its environment, and passed.
-    assert "Ray attach check for vllm-tiny-llama-0: 2 node(s), 2.0 GPU(s) at 10.77.0.11:6379" in output
-    assert "(Ray 2.60.0), ok" in output
-    # What stops the run is vLLM's own refusal, after it connected to the cluster.
-    assert ray.returncode != 0
-    # It stops at vLLM's start (the health wait), and the journal says why: vLLM's own refusal.
-    assert "vllm-tiny-llama-0 did not answer /health on port 8000" in output, output[-6000:]
-    journal = _ssh(
-        "node1", f"journalctl -u {UNIT} --no-pager -o cat | grep -E 'Connected to Ray cluster|{CPU_REFUSAL}'"
-    )
-    assert "Connected to Ray cluster" in journal and CPU_REFUSAL in journal, journal
-    assert _ssh("node2", f"systemctl is-active {UNIT} || true").strip() != "active", "node2 still runs a rank"
-
-
 def test_an_interrupted_run_still_restarts_the_group(native_pp: Deployment) -> None:
     """A run stopped after writing the environment files but before restarting: the
     files are as the next run wants them, so only the recorded hash of what each unit
     was started with shows that the running ranks are stale."""
-    # Back to the native deployment first (the Ray check before this one left its own).
-    restored = run_site(native_pp.inventory, native_pp.artifacts, timeout=1200)
-    assert restored.returncode == 0, failures(restored)
-    for node in ("node1", "node2"):  # native runs no Ray: the re-plan stopped the Ray the check started
-        assert _ssh(node, "systemctl is-active vllm-fleet-ray.service || true").strip() != "active", node
     env_file = "/etc/vllm-fleet/vllm/vllm-tiny-llama-0.env"
     line = 'ZZ_VLLM_FLEET_RUN="2"'  # sorts last: where the template puts it
     sums = {}
@@ -319,7 +294,7 @@ def test_dp2_across_two_hosts_with_a_headless_second_rank(native_pp: Deployment)
         assert "--nnodes 2 removed" in line and "--data-parallel-size 2 added" in line, line
     assert any(w.startswith("every serving instance of tiny-llama restarts or stops at once")
                for w in predicted["warnings"]), predicted["warnings"]  # fmt: skip
-    # The native re-run after the Ray check stopped its Ray (and removed cluster.json): no Ray line.
+    # No Ray line: the deployment is native (the Ray check runs after this one).
     assert [c for c in predicted["changes"] if c["component"] == "ray"] == [], predicted["lines"]
     expected = {
         (c["node"], f"vllm-fleet-{c['unit']}.service")
@@ -348,3 +323,29 @@ def test_dp2_across_two_hosts_with_a_headless_second_rank(native_pp: Deployment)
         (node, unit) for node, units in before.items() for unit, t in units.items() if after[node].get(unit) != t
     }
     assert restarted == expected, (before, after)
+
+
+def test_ray_backend_attaches_then_vllm_refuses_ray_on_the_cpu(native_pp: Deployment) -> None:
+    ray = run_site(native_pp.inventory, native_pp.artifacts, "-e", "vllm_fleet_multinode_backend=ray", timeout=1200)
+    output = ray.stdout + ray.stderr
+    plan = json.loads((native_pp.artifacts / "plan.json").read_text())
+    assert plan["instances"][0]["executor"] == "ray"
+    assert "Ray cluster vllm-fleet-ray: 2 nodes, 2.0 GPUs" in output, output[-6000:]
+    # The check ran in the launch's venv (vLLM and Ray together) with its environment, and passed.
+    assert "Ray attach check for vllm-tiny-llama-0: 2 node(s), 2.0 GPU(s) at 10.77.0.11:6379" in output
+    assert "(Ray 2.60.0), ok" in output
+    # What stops the run is vLLM's own refusal, after it connected to the cluster.
+    assert ray.returncode != 0
+    # It stops at vLLM's start (the health wait), and the journal says why: vLLM's own refusal.
+    assert "vllm-tiny-llama-0 did not answer /health on port 8000" in output, output[-6000:]
+    journal = _ssh(
+        "node1", f"journalctl -u {UNIT} --no-pager -o cat | grep -E 'Connected to Ray cluster|{CPU_REFUSAL}'"
+    )
+    assert "Connected to Ray cluster" in journal and CPU_REFUSAL in journal, journal
+    assert _ssh("node2", f"systemctl is-active {UNIT} || true").strip() != "active", "node2 still runs a rank"
+    # Back to native, up to the cluster phase only: the Ray this check started is stopped.
+    native = run_site(native_pp.inventory, native_pp.artifacts, "--tags", "facts,preflight,plan,cluster")
+    assert native.returncode == 0, failures(native)
+    for node in ("node1", "node2"):
+        left = _ssh(node, "systemctl is-active vllm-fleet-ray.service; test -e /etc/vllm-fleet/ray && echo kept")
+        assert left.split() == ["inactive"], (node, left)
