@@ -10,6 +10,7 @@
 #   make ssh NODE=node2   log into a test host
 #   make bench       accuracy against real vLLM logs and planner speed
 #   make bench-serve time to a verified completion of the local default, gateway overhead
+#   make bench-rerun a no-change re-run of site.yml against its first run (INVENTORY=..., RESET=1: teardown first)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -19,7 +20,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit check test-hosts lint up down ssh bench bench-serve clean
+.PHONY: setup run plan doctor test test-unit check test-hosts lint up down ssh bench bench-serve bench-rerun clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +72,9 @@ bench: $(STAMP)
 
 bench-serve: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/serve_local.py
+
+bench-rerun: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/rerun.py --inventory $(INVENTORY) $(if $(RESET),--reset)
 
 clean:
 	rm -rf $(VENV) artifacts .mypy_cache .ruff_cache .pytest_cache
