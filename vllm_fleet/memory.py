@@ -338,12 +338,18 @@ class RankMemory:
     budget_gib: float
     total_gib: float
     startup_overhead_gib: float
+    # Named parts of the columns above that only some models or options have, for the table,
+    # the JSON and ``estimate``'s explanations: ``<column>.<part>_gib`` for memory already
+    # counted in that column (``weights.lora_gib``, ``activation.encoder_profile_gib``) and
+    # ``kv.<part>_bytes`` for KV-cache quantities (``kv.ssm_state_bytes_per_seq``).
+    parts: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for key, value in data.items():
             if isinstance(value, float):
                 data[key] = round(value, 4)
+        data["parts"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in self.parts.items()}
         return data
 
 
@@ -376,6 +382,9 @@ class Estimate:
     reason: str
     vllm_version: str
     notes: list[str] = field(default_factory=list)
+    # One line per model- or option-specific part (the ``parts`` of the ranks): what the
+    # planner assumed for it, e.g. "LoRA: 4 adapters x rank 16 buffers on every rank".
+    assumptions: list[str] = field(default_factory=list)
 
     def _worst(self, key: str) -> float:
         return max(float(getattr(r, key)) for r in self.ranks)
@@ -409,7 +418,16 @@ class Estimate:
             "fits": self.fits,
             "budget_gib": round(r0.budget_gib, 4),
             "total_gib": round(r0.total_gib, 4),
+            "parts": self.parts(),
         }
+
+    def parts(self) -> dict[str, float]:
+        """Every rank's named parts, the largest value of each."""
+        found: dict[str, float] = {}
+        for r in self.ranks:
+            for key, value in r.parts.items():
+                found[key] = max(found.get(key, value), value)
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in sorted(found.items())}
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -434,6 +452,7 @@ class Estimate:
         data.update(self.summary())
         data["reason"] = self.reason
         data["notes"] = self.notes
+        data["assumptions"] = self.assumptions
         data["ranks"] = [r.to_dict() for r in self.ranks]
         return data
 

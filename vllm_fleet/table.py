@@ -80,8 +80,19 @@ def render_estimate(est: Estimate) -> str:
         f"largest max_model_len that fits: {est.max_model_len_fit:,}",
         f"{verdict}: {est.reason}",
     ]
+    for stage, r in enumerate(r for r in est.ranks if r.tp_rank == 0):
+        if r.parts:
+            shown = ", ".join(f"{k} {_part(k, v)}" for k, v in sorted(r.parts.items()))
+            lines.append(f"stage {stage} parts: {shown}")
+    lines += [f"assumed: {a}" for a in est.assumptions]
     lines += [f"note: {n}" for n in est.notes]
     return "\n".join(lines)
+
+
+def _part(key: str, value: float) -> str:
+    if key.endswith("_gib"):
+        return f"{value:.2f} GiB"
+    return f"{int(value):,}"
 
 
 def render_plan(plan: dict[str, Any]) -> str:

@@ -155,6 +155,8 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
         ci.step("clear leftovers of earlier runs", teardown, fatal=False)
         ci.step("images (build or reuse)", images.host_image)
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
+        if with_checks or _selected("oracle", only):
+            ci.step("planner against vLLM's code (oracle venv, tests/oracle)", _oracle_tests, fatal=False)
         ci.step("Docker Engine up", engine.up)
         ci.step("Ray image on the engine (build or reuse)", engine.ray_image)
         ci.step(f"{count} hosts up", lambda: nodes.up(count))
@@ -199,6 +201,13 @@ def _fresh(count: int) -> None:
 def _system_tests(count: int) -> None:
     _fresh(count)
     _pytest("tests/system")
+
+
+def _oracle_tests() -> None:
+    python = images.oracle_venv() / "bin" / "python"
+    os.environ["VLLM_FLEET_ORACLE_PYTHON"] = str(python)
+    os.environ["VLLM_FLEET_ORACLE_REQUIRED"] = "1"
+    _pytest("tests/oracle")
 
 
 def _scenario(project: Path, scenario: str, count: int) -> None:

