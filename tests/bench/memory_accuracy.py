@@ -1,16 +1,22 @@
 """Planner accuracy against real vLLM startup logs.
 
 Runs ``vllm-fleet estimate --json`` (in process, through ``cli.main``) for
-every entry of ``../shared/datasets/vllm_memory_logs.yaml`` (or --dataset)
-and prints, per entry and as median / p90, the absolute relative error of
-weights, KV bytes per token (where the log allows computing it) and the KV
-pool (GiB or blocks/tokens, whichever the log printed).
+every entry of ``../shared/datasets/vllm_memory_logs.yaml`` (or --dataset;
+the shared folder can be moved with VLLM_FLEET_SHARED_DIR) and of
+``tests/datasets/vllm_memory_logs_families.yaml`` (--families), and prints,
+per entry and as median / p90, the absolute relative error of weights, KV
+bytes per token (where the log allows computing it) and the KV pool (GiB or
+blocks/tokens, whichever the log printed); then the same figures per
+architecture family (n, median, p90, entries off by more than 2x) for
+weights, KV bytes per token, KV pool and KV tokens. Entries the planner
+cannot model yet (it raises, or refuses the model) are listed as
+"not modelled: reason" and counted per family.
 
 Targets (issue 2): weights <= 2 % median, KV bytes/token exact, KV pool <= 5 %
 median. Entries whose vLLM release accounts differently are listed with the
 reason and kept out of the medians.
 
-    python tests/bench/memory_accuracy.py [--dataset FILE] [--json]
+    python tests/bench/memory_accuracy.py [--dataset FILE] [--families FILE] [--json]
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import statistics
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +38,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from vllm_fleet.catalog import lookup_gpu  # noqa: E402
+from vllm_fleet.catalog import lookup_gpu, lookup_model  # noqa: E402
 from vllm_fleet.cli import main  # noqa: E402
 
-DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "vllm_memory_logs.yaml"
+SHARED_DIR = Path(os.environ.get("VLLM_FLEET_SHARED_DIR") or ROOT.parent / "shared")
+DEFAULT_DATASET = SHARED_DIR / "datasets" / "vllm_memory_logs.yaml"
+FAMILIES_DATASET = ROOT / "tests" / "datasets" / "vllm_memory_logs_families.yaml"
+
+# The families the per-family summary groups by (the ``family`` field of the families file).
+FAMILIES = ("dense", "moe", "mla", "moe_ep", "multimodal", "hybrid", "sliding", "sparse_mla")
+METRICS = ("weights", "kv_bytes_per_token", "kv_pool", "tokens")
 
 # Releases whose accounting this planner does not model, with the reason.
 EXCLUDED: dict[str, str] = {
@@ -75,6 +90,10 @@ def _quant(entry: dict[str, Any]) -> str | None:
 def _total_gib(entry: dict[str, Any]) -> float | None:
     if entry.get("gpu_total_gib"):
         return float(entry["gpu_total_gib"])
+    if entry.get("gpu"):  # the families file names the planner catalog's GPU when the log prints no total
+        gpu_type = lookup_gpu(str(entry["gpu"]))
+        if gpu_type:
+            return gpu_type.memory_gib
     text = " ".join(str(entry.get(k) or "") for k in ("gpu_model", "notes", "source", "id")).lower()
     for name in ("mi300x", "rtx 2000 ada", "rtx2000ada", "a100-80g", "4xa100-80g"):
         if name in text:
@@ -86,10 +105,66 @@ def _total_gib(entry: dict[str, Any]) -> float | None:
     return None
 
 
+def derive_family(config: dict[str, Any] | None, entry: dict[str, Any] | None = None) -> str:
+    """The family of a config.json (for the shared file, whose entries carry none).
+
+    The order follows what dominates the planner's accounting: a vision tower
+    or linear-attention / SSM layers change the profile and the KV spec more
+    than the MoE split; an explicit ``expert_parallel`` entry is ``moe_ep``.
+    """
+    if not config:
+        return "unknown"
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
+    if "vision_config" in config or "vision_params" in config:
+        return "multimodal"
+    layer_types = [str(t) for t in text.get("layer_types") or []]
+    if any(t not in ("full_attention", "sliding_attention") for t in layer_types) or any(
+        k in text for k in ("mamba_d_state", "ssm_state_size", "linear_num_heads", "linear_key_head_dim")
+    ):
+        return "hybrid"
+    if "index_topk" in text:  # DeepSeek V3.2's sparse-attention indexer
+        return "sparse_mla"
+    if "sliding_attention" in layer_types or text.get("sliding_window"):
+        return "sliding"
+    experts = any(text.get(k) for k in ("num_experts", "n_routed_experts", "num_local_experts"))
+    if experts and entry and entry.get("expert_parallel"):
+        return "moe_ep"
+    if text.get("kv_lora_rank"):
+        return "mla"
+    if experts:
+        return "moe"
+    return "dense"
+
+
+def _entry_config(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any] | None:
+    if isinstance(entry.get("config"), dict):
+        return dict(entry["config"])
+    arch = models.get(entry["model"], {})
+    return lookup_model(str(arch.get("architecture_of") or entry["model"]))
+
+
+def entry_family(entry: dict[str, Any], models: dict[str, Any]) -> str:
+    """The entry's ``family`` field, else one derived from its architecture."""
+    return str(entry.get("family") or derive_family(_entry_config(entry, models), entry))
+
+
 def run_entry(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
+    """One planner call for one log entry; ``not_modelled`` instead of a crash when the planner cannot model it."""
+    inline = entry.get("config")
+    if not isinstance(inline, dict):
+        return _run_entry(entry, models, None)
+    with tempfile.TemporaryDirectory(prefix="vllm-fleet-bench-") as folder:
+        (Path(folder) / "config.json").write_text(json.dumps(inline))
+        return _run_entry(entry, models, folder)
+
+
+def _run_entry(entry: dict[str, Any], models: dict[str, Any], folder: str | None) -> dict[str, Any]:
     model = entry["model"]
     arch = models.get(model, {})
-    if "architecture_of" in arch:
+    if folder is not None:
+        model_name = folder
+    elif "architecture_of" in arch:
         model_name = arch["architecture_of"]
     else:
         model_name = model
@@ -98,7 +173,8 @@ def run_entry(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
     if engine:
         argv += ["--engine", engine]
     total = _total_gib(entry)
-    row: dict[str, Any] = {"id": entry["id"], "version": version, "engine": engine}
+    family = entry_family(entry, models)
+    row: dict[str, Any] = {"id": entry["id"], "version": version, "engine": engine, "family": family}
     for key, flag in (
         ("tensor_parallel_size", "--tensor-parallel-size"),
         ("pipeline_parallel_size", "--pipeline-parallel-size"),
@@ -112,6 +188,8 @@ def run_entry(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
             argv += [flag, str(entry[key])]
     if entry.get("enforce_eager"):
         argv.append("--enforce-eager")
+    if entry.get("expert_parallel"):
+        argv.append("--enable-expert-parallel")
     quant = _quant(entry)
     if quant:
         argv += ["--quantization", quant]
@@ -121,10 +199,18 @@ def run_entry(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
     argv += ["--gpu-memory-gib", str(total if total else 80.0)]
     out = io.StringIO()
     err = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    except Exception as exc:  # a model the planner lacks a feature for is a finding, not a crash
+        row["not_modelled"] = f"{type(exc).__name__}: {exc}"
+        return row
     if code != 0:
-        row["error"] = err.getvalue().strip()
+        message = err.getvalue().strip().splitlines()
+        if entry.get("family"):  # the families file: the planner refusing the model is what the bench measures
+            row["not_modelled"] = message[0] if message else f"exit code {code}"
+        else:
+            row["error"] = err.getvalue().strip()
         return row
     est = json.loads(out.getvalue())
     row["argv"] = " ".join(argv[1:])
@@ -132,7 +218,8 @@ def run_entry(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
     def rel(pred: float, obs: float | None) -> float | None:
         if obs in (None, 0):
             return None
-        return abs(pred - float(obs)) / float(obs)
+        # |obs|: vLLM prints a negative "Available KV cache memory" when the profile does not fit
+        return abs(pred - float(obs)) / abs(float(obs))
 
     row["weights"] = (est["weights_gib"], entry.get("weights_gib"), rel(est["weights_gib"], entry.get("weights_gib")))
     # KV bytes per token, where the log gives both a pool size and a token/block count.
@@ -141,9 +228,11 @@ def run_entry(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
     tokens = entry.get("kv_cache_tokens")
     blocks = entry.get("num_gpu_blocks")
     bs = entry.get("block_size") or est["block_size"]
-    if pool and tokens:
+    if family == "hybrid":
+        pass  # the token line of a hybrid model is derived from blocks and groups: pool / tokens is no per-token size
+    elif pool and pool > 0 and tokens:
         obs_bpt = pool * 2**30 / tokens
-    elif pool and blocks:
+    elif pool and pool > 0 and blocks:
         obs_bpt = pool * 2**30 / (blocks * bs)
     row["kv_bytes_per_token"] = (
         est["kv_bytes_per_token"],
@@ -160,32 +249,109 @@ def run_entry(entry: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
     # Blocks from the log (tokens), when both pool and blocks were printed: a second check.
     if total and blocks:
         row["blocks"] = (est["num_gpu_blocks"], blocks, rel(est["num_gpu_blocks"], blocks))
+    if total and tokens:
+        row["tokens"] = (est["kv_cache_tokens"], tokens, rel(est["kv_cache_tokens"], tokens))
     return row
+
+
+@dataclass(frozen=True)
+class FamilyStats:
+    """Absolute relative errors of one metric over one family's entries."""
+
+    n: int
+    median: float
+    p90: float
+    off_2x: int  # entries whose prediction is off by more than a factor 2 (or of the other sign)
+
+
+def _p90(ordered: list[float]) -> float:
+    return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+
+
+def _off_2x(pred: float, obs: float) -> bool:
+    if obs == 0:
+        return pred != 0
+    ratio = pred / obs
+    return ratio > 2 or ratio < 0.5
+
+
+def family_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per family: ``{metric: FamilyStats}`` for METRICS with data, plus ``not_modelled`` (count) and ``entries``."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        family = str(row.get("family") or "unknown")
+        slot = out.setdefault(family, {"entries": 0, "not_modelled": 0, "_cells": {m: [] for m in METRICS}})
+        slot["entries"] += 1
+        if "not_modelled" in row or "error" in row:
+            slot["not_modelled"] += 1
+            continue
+        for metric in METRICS:
+            cell = row.get(metric)
+            if cell and cell[1] is not None and cell[2] is not None:
+                slot["_cells"][metric].append((float(cell[0]), float(cell[1]), float(cell[2])))
+    for slot in out.values():
+        cells = slot.pop("_cells")
+        for metric in METRICS:
+            if cells[metric]:
+                errors = sorted(c[2] for c in cells[metric])
+                slot[metric] = FamilyStats(
+                    n=len(errors),
+                    median=statistics.median(errors),
+                    p90=_p90(errors),
+                    off_2x=sum(_off_2x(c[0], c[1]) for c in cells[metric]),
+                )
+    return out
 
 
 def _stats(values: list[float]) -> str:
     if not values:
         return "n/a"
     ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    p90 = _p90(ordered)
     return f"median {statistics.median(ordered) * 100:.2f}%  p90 {p90 * 100:.2f}%  (n={len(ordered)})"
+
+
+def load_rows(datasets: list[Path]) -> list[dict[str, Any]]:
+    """Rows for every entry of ``datasets`` (missing files skipped), exclusions kept as ``excluded`` rows."""
+    rows: list[dict[str, Any]] = []
+    for path in datasets:
+        if not path.is_file():
+            continue
+        data = yaml.safe_load(path.read_text())
+        models = data.get("models", {})
+        for entry in data["entries"]:
+            if entry["id"] in EXCLUDED:
+                rows.append(
+                    {"id": entry["id"], "excluded": EXCLUDED[entry["id"]], "family": entry_family(entry, models)}
+                )
+                continue
+            rows.append(run_entry(entry, models))
+    return rows
+
+
+def _fmt_stats(stats: Any) -> str:
+    if not isinstance(stats, FamilyStats):
+        return "-"
+    return f"n={stats.n} med {stats.median * 100:.1f}% p90 {stats.p90 * 100:.1f}% >2x {stats.off_2x}"
 
 
 def main_bench(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
+    parser.add_argument("--families", type=Path, default=FAMILIES_DATASET)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    data = yaml.safe_load(args.dataset.read_text())
-    models = data.get("models", {})
-    rows = []
-    for entry in data["entries"]:
-        if entry["id"] in EXCLUDED:
-            rows.append({"id": entry["id"], "excluded": EXCLUDED[entry["id"]]})
-            continue
-        rows.append(run_entry(entry, models))
+    if not args.dataset.is_file():
+        print(f"note: {args.dataset} not found (set VLLM_FLEET_SHARED_DIR or --dataset); only {args.families}")
+    shared_rows = load_rows([args.dataset])
+    family_rows = load_rows([args.families])
+    rows = shared_rows + family_rows
     if args.json:
-        print(json.dumps(rows, indent=2))
+        summary = {
+            fam: {k: (v.__dict__ if isinstance(v, FamilyStats) else v) for k, v in slot.items()}
+            for fam, slot in family_summary([r for r in rows if "excluded" not in r]).items()
+        }
+        print(json.dumps({"rows": rows, "families": summary}, indent=2))
         return 0
 
     def fmt(cell: Any) -> str:
@@ -194,26 +360,45 @@ def main_bench(argv: list[str] | None = None) -> int:
         pred, obs, err = cell
         return f"{pred:g}/{obs:g} ({err * 100:.1f}%)" if err is not None else f"{pred:g}/-"
 
-    print(f"{'entry':40} {'vLLM':10} {'weights GiB pred/obs':26} {'KV B/token pred/obs':26} {'KV pool pred/obs':30}")
-    collected: dict[str, list[float]] = {"weights": [], "kv_bytes_per_token": [], "kv_pool": []}
-    for row in rows:
-        if "excluded" in row:
-            print(f"{row['id']:40} excluded: {row['excluded']}")
-            continue
-        if "error" in row:
-            print(f"{row['id']:40} error: {row['error']}")
-            continue
+    def table(part: list[dict[str, Any]]) -> dict[str, list[float]]:
         print(
-            f"{row['id']:40} {row['version'] + '/' + str(row['engine'] or ''):10} {fmt(row.get('weights')):26} "
-            f"{fmt(row.get('kv_bytes_per_token')):26} {fmt(row.get('kv_pool')):30}"
+            f"{'entry':40} {'vLLM':10} {'weights GiB pred/obs':26} {'KV B/token pred/obs':26} {'KV pool pred/obs':30}"
         )
-        for key in collected:
-            cell = row.get(key)
-            if cell and cell[2] is not None:
-                collected[key].append(cell[2])
+        collected: dict[str, list[float]] = {"weights": [], "kv_bytes_per_token": [], "kv_pool": []}
+        for row in part:
+            if "excluded" in row:
+                print(f"{row['id']:40} excluded: {row['excluded']}")
+                continue
+            if "error" in row:
+                print(f"{row['id']:40} error: {row['error']}")
+                continue
+            if "not_modelled" in row:
+                print(f"{row['id']:40} not modelled: {row['not_modelled']}")
+                continue
+            print(
+                f"{row['id']:40} {row['version'] + '/' + str(row['engine'] or ''):10} {fmt(row.get('weights')):26} "
+                f"{fmt(row.get('kv_bytes_per_token')):26} {fmt(row.get('kv_pool')):30}"
+            )
+            for key in collected:
+                cell = row.get(key)
+                if cell and cell[2] is not None:
+                    collected[key].append(cell[2])
+        return collected
+
+    collected = table(shared_rows)
     print()
     for key, values in collected.items():
         print(f"{key:20} absolute relative error: {_stats(values)}")
+    if family_rows:
+        print(f"\n{args.families.name}:")
+        table(family_rows)
+    print("\nper family (both files; absolute relative error; >2x = off by more than a factor 2):")
+    summary = family_summary([r for r in rows if "excluded" not in r])
+    print(f"{'family':12} {'entries':>7} {'not modelled':>12}  " + "  ".join(f"{m:34}" for m in METRICS))
+    for fam in sorted(summary, key=lambda f: (FAMILIES.index(f) if f in FAMILIES else len(FAMILIES), f)):
+        slot = summary[fam]
+        cells = "  ".join(f"{_fmt_stats(slot.get(m)):34}" for m in METRICS)
+        print(f"{fam:12} {slot['entries']:>7} {slot['not_modelled']:>12}  {cells}")
     return 0
 
 
