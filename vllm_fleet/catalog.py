@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_fleet.catalog_2026 import ALIASES_2026, MODELS_2026
+
 
 def _llama(
     layers: int,
@@ -100,24 +102,58 @@ _DEEPSEEK_V3: dict[str, Any] = {
 
 
 def _gpt_oss(layers: int, experts: int) -> dict[str, Any]:
+    """openai/gpt-oss-20b / -120b: config.json as vendored in ai-dynamo/aiconfigurator
+    aic-core/src/aiconfigurator_core/model_configs/openai--gpt-oss-{20b,120b}_config.json (commit 0b077da5).
+    The two files differ only in num_hidden_layers, num_local_experts and layer_types (sliding and full
+    attention alternating from layer 0). The file names no torch_dtype (vLLM then serves bfloat16)."""
     return {
-        "model_type": "gpt_oss",
-        "num_hidden_layers": layers,
-        "hidden_size": 2880,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "head_dim": 64,
-        "intermediate_size": 2880,
-        "num_local_experts": experts,
-        "experts_per_token": 4,
-        "vocab_size": 201088,
-        "max_position_embeddings": 131072,
-        "sliding_window": 128,
-        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        "architectures": ["GptOssForCausalLM"],
         "attention_bias": True,
+        "attention_dropout": 0.0,
+        "eos_token_id": 200002,
+        "experts_per_token": 4,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "hidden_size": 2880,
+        "initial_context_length": 4096,
+        "initializer_range": 0.02,
+        "intermediate_size": 2880,
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        "max_position_embeddings": 131072,
+        "model_type": "gpt_oss",
+        "num_attention_heads": 64,
+        "num_experts_per_tok": 4,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": 8,
+        "num_local_experts": experts,
+        "output_router_logits": False,
+        "pad_token_id": 199999,
+        "quantization_config": {
+            "modules_to_not_convert": [
+                "model.layers.*.self_attn",
+                "model.layers.*.mlp.router",
+                "model.embed_tokens",
+                "lm_head",
+            ],
+            "quant_method": "mxfp4",
+        },
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "factor": 32.0,
+            "original_max_position_embeddings": 4096,
+            "rope_type": "yarn",
+            "truncate": False,
+        },
+        "rope_theta": 150000,
+        "router_aux_loss_coef": 0.9,
+        "sliding_window": 128,
+        "swiglu_limit": 7.0,
         "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "quantization_config": {"quant_method": "mxfp4"},
+        "transformers_version": "4.55.0.dev0",
+        "use_cache": True,
+        "vocab_size": 201088,
     }
 
 
@@ -228,6 +264,7 @@ MODELS: dict[str, dict[str, Any]] = {
     "google/gemma-2-27b": _gemma("gemma2", 46, 4608, 32, 16, 128, 36864, 256000, 4096, 8192),
     "google/gemma-3-12b-it": _gemma("gemma3", 48, 3840, 16, 8, 256, 15360, 262208, 1024, 131072, vision=417_000_000),
     "google/gemma-3-27b-it": _gemma("gemma3", 62, 5376, 32, 16, 128, 21504, 262208, 1024, 131072, vision=417_000_000),
+    **MODELS_2026,
 }
 
 # Names people use for the same weights (instruct/chat variants share the architecture).
@@ -252,6 +289,7 @@ _ALIASES: dict[str, str] = {
     "mistralai/Mixtral-8x22B-Instruct-v0.1": "mistralai/Mixtral-8x22B-v0.1",
     "google/gemma-2-9b-it": "google/gemma-2-9b",
     "google/gemma-2-27b-it": "google/gemma-2-27b",
+    **ALIASES_2026,
 }
 
 
