@@ -16,7 +16,17 @@ from typing import Any
 
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.errors import PlanError, for_cli
-from vllm_fleet.memory import CURRENT_VLLM, LIMITS, MAX_GPU_MEMORY_GIB, Device, Settings, estimate, vllm_refusal
+from vllm_fleet.memory import (
+    ALL2ALL_BACKENDS,
+    CURRENT_VLLM,
+    DEFAULT_ALL2ALL_BACKEND,
+    LIMITS,
+    MAX_GPU_MEMORY_GIB,
+    Device,
+    Settings,
+    estimate,
+    vllm_refusal,
+)
 from vllm_fleet.model_spec import ALLOW_DEPRECATED, check_max_model_len, check_quantization_flag, load_model
 from vllm_fleet.table import render_estimate, render_plan
 
@@ -121,6 +131,24 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--block-size", type=_count(LIMITS["block_size"]), default=None)
     est.add_argument("--data-parallel-size", type=_count(LIMITS["data_parallel_size"]), default=1)
     est.add_argument("--enable-expert-parallel", action="store_true")
+    est.add_argument("--enable-eplb", action="store_true", help="expert-parallel load balancing (as vllm serve's)")
+    est.add_argument(
+        "--eplb-config",
+        default=None,
+        help='as vllm serve\'s; the planner reads num_redundant_experts, e.g. {"num_redundant_experts": 32}',
+    )
+    est.add_argument(
+        "--all2all-backend",
+        choices=sorted(ALL2ALL_BACKENDS),
+        default=DEFAULT_ALL2ALL_BACKEND,
+        help="MoE all2all backend under DP x EP (as vllm serve's)",
+    )
+    est.add_argument(
+        "--nvlink",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="GPUs linked by NVLink (default: the catalog's for --gpu, else yes); off: no custom all-reduce for TP > 2",
+    )
     est.add_argument("--layer-partition", default=None, help="VLLM_PP_LAYER_PARTITION, e.g. 40,40")
     est.add_argument("--vllm-version", default=CURRENT_VLLM, help="accounting of this vLLM release (default: current)")
     est.add_argument("--engine", choices=["v0", "v1"], default=None, help="override the engine the version implies")
@@ -214,6 +242,22 @@ def _partition(text: str | None) -> list[int] | None:
         ) from exc
 
 
+def _redundant_experts(text: str | None) -> int:
+    """``num_redundant_experts`` of a ``--eplb-config`` JSON object (0 without one)."""
+    if not text:
+        return 0
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise PlanError("--eplb-config", f"'{text}' is not JSON", 'e.g. {"num_redundant_experts": 32}') from exc
+    if not isinstance(data, dict):
+        raise PlanError("--eplb-config", f"'{text}' is not a JSON object", 'e.g. {"num_redundant_experts": 32}')
+    value = data.get("num_redundant_experts", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanError("--eplb-config", f"num_redundant_experts must be an integer, got {value!r}", "e.g. 32")
+    return value
+
+
 def _extra_args(args: argparse.Namespace) -> tuple[str, ...]:
     """The vllm serve opt-ins the command line passes on (what vLLM's checks read)."""
     return (ALLOW_DEPRECATED,) if args.allow_deprecated_quantization else ()
@@ -249,8 +293,15 @@ def run_estimate(args: argparse.Namespace) -> int:
         layer_partition=_partition(args.layer_partition),
         vllm_version=args.vllm_version,
         engine=args.engine,
+        enable_eplb=args.enable_eplb,
+        num_redundant_experts=_redundant_experts(args.eplb_config),
+        all2all_backend=args.all2all_backend,
     )
-    est = estimate(spec, device, settings)
+    nvlink = args.nvlink
+    if nvlink is None:
+        gpu = lookup_gpu(args.gpu) if args.gpu else None
+        nvlink = gpu.nvlink if gpu is not None else True
+    est = estimate(spec, device, settings, nvlink=nvlink)
     if args.json:
         print(json.dumps(est.to_dict(), indent=2))
     else:

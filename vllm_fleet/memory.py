@@ -63,9 +63,26 @@ CUDA_GRAPH_MIB_PER_GRAPH_LAYER = 0.17
 # kernels (fp32 logits, probabilities, noise) after.
 SAMPLER_BYTES_SORT = 36
 SAMPLER_BYTES_FUSED = 12
-# Fused-MoE processes tokens in chunks of this size (VLLM_FUSED_MOE_CHUNK_SIZE).
+# Fused-MoE processed tokens in chunks of this size (VLLM_FUSED_MOE_CHUNK_SIZE) in the
+# releases before 0.32; 0.32 has no such setting (FusedMoEKernel._fused_experts sizes the
+# workspaces for all the tokens of the call, M_chunk = M_full).
 FUSED_MOE_CHUNK = 16 * 1024
 VOCAB_PAD = 64
+# ParallelConfig.all2all_backend (the All2AllBackend literal of vllm/config/parallel.py);
+# "naive" and "pplx" were removed and fall back to allgather_reducescatter (__post_init__).
+DEFAULT_ALL2ALL_BACKEND = "allgather_reducescatter"
+ALL2ALL_BACKENDS = frozenset(
+    {
+        "naive", "pplx", "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
+        "deepep_v2", "mori_high_throughput", "mori_low_latency", "moonep", "nixl_ep",
+        "flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "passthrough",
+    }
+)  # fmt: skip
+# VLLM_DEEPEP_BUFFER_SIZE_MB: the NVLink buffer of DeepEP's deep_ep.Buffer (and its RDMA
+# buffer across nodes) that DeepEPHTAll2AllManager / DeepEPLLAll2AllManager allocate.
+DEEPEP_BUFFER_MIB = 1024
+# EPLBConfig.window_size: steps of per-expert load EplbState.add_model records (int32).
+EPLB_WINDOW = 1000
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -108,6 +125,9 @@ class Accounting:
     sampler_bytes: int
     mla_align_bytes: int  # V0 padded each MLA cache entry to 256 bytes
     mla_absorbed_qo: bool  # 0.7.x V0 MLA kept absorbed W_Q_UK / W_UV_O matrices
+    # 0.32's fused MoE: workspaces for all the tokens of the call (no VLLM_FUSED_MOE_CHUNK_SIZE),
+    # shaped as TritonExperts.workspace_shapes; older releases keep the planner's chunked rule.
+    moe_unchunked: bool = False
 
     @classmethod
     def for_version(cls, version: str, engine: str | None = None) -> Accounting:
@@ -121,6 +141,7 @@ class Accounting:
             sampler_bytes=SAMPLER_BYTES_SORT if rel < (0, 13) else SAMPLER_BYTES_FUSED,
             mla_align_bytes=256 if eng == "v0" else 0,
             mla_absorbed_qo=eng == "v0" and rel == (0, 7),
+            moe_unchunked=rel >= (0, 32) and eng == "v1",
         )
 
 
@@ -174,6 +195,11 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     vllm_version: str = CURRENT_VLLM
     engine: str | None = None
+    # Expert parallelism (ParallelConfig): --enable-eplb, --eplb-config '{"num_redundant_experts": N}'
+    # and --all2all-backend.
+    enable_eplb: bool = False
+    num_redundant_experts: int = 0
+    all2all_backend: str = DEFAULT_ALL2ALL_BACKEND
 
     def validate(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
@@ -203,6 +229,20 @@ class Settings:
                 "--kv-cache-dtype",
                 f"unknown KV cache dtype '{self.kv_cache_dtype}'",
                 "use auto, fp8, fp8_e4m3 or fp8_e5m2",
+            )
+        redundant = self.num_redundant_experts
+        if isinstance(redundant, bool) or not isinstance(redundant, int) or not 0 <= redundant <= 1 << 16:
+            raise PlanError("--eplb-config", f"num_redundant_experts must be 0 or more, got {redundant!r}", "e.g. 32")
+        if redundant and not self.enable_eplb:
+            # FusedMoE (layer.py): "Redundant experts are only supported with EPLB."
+            raise PlanError(
+                "--eplb-config", "redundant experts are only supported with EPLB (vLLM asserts it)", "add --enable-eplb"
+            )
+        if self.all2all_backend not in ALL2ALL_BACKENDS:
+            raise PlanError(
+                "--all2all-backend",
+                f"unknown all2all backend '{self.all2all_backend}'",
+                "use one of " + ", ".join(sorted(ALL2ALL_BACKENDS)),
             )
 
 
@@ -480,6 +520,51 @@ def kv_heads_shard(spec: ModelSpec, tp: int) -> bool:
     return spec.is_mla or not kv or kv % tp == 0 or tp % kv == 0
 
 
+@dataclass(frozen=True)
+class MoeParallel:
+    """How vLLM lays one instance's MoE layers over its ranks (``FusedMoEParallelConfig.make``)."""
+
+    ep_size: int  # 1 without expert parallelism
+    moe_tp: int  # ranks the expert weights are TP-sharded over: tp x dp without EP, 1 with EP
+    global_experts: int  # routed experts + EPLB redundant experts (determine_expert_counts)
+    local_experts: int  # experts on the rank holding the most (determine_expert_map)
+    dispatch_ranks: int  # ranks whose tokens one rank's MoE layers compute (dp when dp > 1)
+    all2all: str  # the all2all backend its kernels use, "" when there are none
+
+
+def moe_parallel(spec: ModelSpec, settings: Settings) -> MoeParallel:
+    """vLLM's MoE parallel layout for ``settings``:
+
+    * ``FusedMoEParallelConfig.make``: EP is on when ``--enable-expert-parallel`` and
+      dp x tp > 1, over ep_size = dp x tp ranks, each holding whole experts (MoE TP 1);
+      without EP the expert weights are TP-sharded over all dp x tp ranks
+      (``flatten_tp_across_dp_and_pcp``), not only the tp of the attention;
+    * ``determine_expert_map``: global // ep experts per rank, the first global % ep ranks one
+      more (global = experts + ``num_redundant_experts`` of EPLB);
+    * with dp > 1 every MoE layer all-gathers the tokens of the DP group before the experts
+      (``AgRsAll2AllManager.dispatch`` / the naive DP path without EP; sequence-parallel MoE
+      with tp > 1 splits them over tp first and gathers over dp x tp: the same dp x N), so one
+      rank's MoE activation covers dp x its own tokens;
+    * all2all kernels (``use_all2all_kernels``) only with EP and dp > 1; "naive" and "pplx" run
+      as allgather_reducescatter (``ParallelConfig.__post_init__``).
+    """
+    tp, dp = settings.tensor_parallel_size, settings.data_parallel_size
+    use_ep = spec.is_moe and settings.enable_expert_parallel and tp * dp > 1
+    ep = tp * dp if use_ep else 1
+    total = spec.num_experts + (settings.num_redundant_experts if settings.enable_eplb else 0)
+    backend = settings.all2all_backend
+    if backend in ("naive", "pplx"):
+        backend = DEFAULT_ALL2ALL_BACKEND
+    return MoeParallel(
+        ep_size=ep,
+        moe_tp=1 if use_ep else tp * dp,
+        global_experts=total,
+        local_experts=_ceil_div(total, ep),
+        dispatch_ranks=dp if spec.is_moe and dp > 1 else 1,
+        all2all=backend if use_ep and dp > 1 else "",
+    )
+
+
 def check_partition(partition: list[int], num_layers: int, pp: int) -> None:
     if len(partition) != pp:
         raise PlanError(
@@ -597,27 +682,47 @@ def _attention_bytes(spec: ModelSpec, tp: int, quant: QuantSpec | None, db: floa
     return total
 
 
-def _mlp_bytes(spec: ModelSpec, index: int, tp: int, ep: int, quant: QuantSpec | None, db: float) -> float:
+def _routed_expert_bytes(
+    spec: ModelSpec, tp: int, ep: int, quant: QuantSpec | None, db: float, moe: MoeParallel | None = None
+) -> float:
+    """One MoE layer's routed-expert weights on the rank holding the most experts: whole
+    experts under EP (``determine_expert_map``), else every expert TP-sharded over
+    ``moe.moe_tp`` ranks (``tp`` when no layout is given)."""
     h = spec.hidden_size
-    if not spec.is_moe_layer(index):
-        return _linear(3 * h * spec.intermediate_size / tp, quant, db)
-    experts = spec.num_experts
     inter = spec.moe_intermediate_size
-    router = h * experts * db  # router, unquantized and replicated
+    if moe is not None:
+        local: float = moe.local_experts
+        shard = moe.moe_tp
+    else:
+        local = spec.num_experts / ep if ep > 1 else spec.num_experts
+        shard = 1 if ep > 1 else tp
     if quant is not None and quant.method == "mxfp4":
         # vLLM's mxfp4 MoE backends on NVIDIA (Marlin, TRT-LLM) pad the hidden
         # size to 256 and each rank's intermediate size to 128
         # (mxfp4_round_up_hidden_size_and_intermediate_size).
         h = _ceil_div(h, 256) * 256
-        shard = 1 if ep > 1 else tp
         inter = _ceil_div(_ceil_div(inter, shard), 128) * 128 * shard
-    if ep > 1:
-        expert_w = (experts / ep) * 3 * h * inter
-    else:
-        expert_w = experts * 3 * h * inter / tp
-    total = _linear(expert_w, quant, db, expert=True)
+    total = _linear(local * 3 * h * inter / shard, quant, db, expert=True)
     if spec.model_type == "gpt_oss":
-        total += (experts / (ep if ep > 1 else 1)) * (3 * inter / (1 if ep > 1 else tp)) * db  # expert biases
+        total += local * (3 * inter / shard) * db  # expert biases
+    return total
+
+
+def _mlp_bytes(
+    spec: ModelSpec,
+    index: int,
+    tp: int,
+    ep: int,
+    quant: QuantSpec | None,
+    db: float,
+    moe: MoeParallel | None = None,
+) -> float:
+    h = spec.hidden_size
+    if not spec.is_moe_layer(index):
+        return _linear(3 * h * spec.intermediate_size / tp, quant, db)
+    experts = spec.num_experts
+    router = h * experts * db  # router, unquantized and replicated (logical experts only)
+    total = _routed_expert_bytes(spec, tp, ep, quant, db, moe)
     total += router
     if spec.model_type.startswith("deepseek"):
         total += experts * 4  # e_score_correction_bias, fp32
@@ -629,12 +734,19 @@ def _mlp_bytes(spec: ModelSpec, index: int, tp: int, ep: int, quant: QuantSpec |
 
 
 def _layer_bytes(
-    spec: ModelSpec, index: int, tp: int, ep: int, quant: QuantSpec | None, db: float, acct: Accounting
+    spec: ModelSpec,
+    index: int,
+    tp: int,
+    ep: int,
+    quant: QuantSpec | None,
+    db: float,
+    acct: Accounting,
+    moe: MoeParallel | None = None,
 ) -> float:
     norms = 2 * spec.hidden_size * db
     if spec.model_type.startswith("gemma2") or spec.model_type.startswith("gemma3"):
         norms *= 2  # pre/post norms around attention and MLP
-    return _attention_bytes(spec, tp, quant, db, acct) + _mlp_bytes(spec, index, tp, ep, quant, db) + norms
+    return _attention_bytes(spec, tp, quant, db, acct) + _mlp_bytes(spec, index, tp, ep, quant, db, moe) + norms
 
 
 def _vocab_rows(spec: ModelSpec, tp: int) -> int:
@@ -653,6 +765,7 @@ def _stage_parts(
     db: float,
     pp: int,
     acct: Accounting,
+    moe: MoeParallel | None = None,
 ) -> _Parts:
     parts = _Parts()
     rows = _vocab_rows(spec, tp)
@@ -664,7 +777,7 @@ def _stage_parts(
         if not spec.tie_word_embeddings or pp > 1:
             head_q = quant if quant is not None and quant.lm_head else None
             parts.head += _linear(rows * spec.hidden_size, head_q, db)
-    parts.layer = sum(_layer_bytes(spec, i, tp, ep, quant, db, acct) for i in layers)
+    parts.layer = sum(_layer_bytes(spec, i, tp, ep, quant, db, acct, moe) for i in layers)
     # Rotary cos/sin cache: max_position x rotary_dim in the model dtype.
     if layers:
         parts.other = spec.max_position_embeddings * (spec.rope_dim or spec.head_dim) * db
@@ -762,6 +875,53 @@ def _max_len_fit(layout: _KvLayout, blocks: int, block: int, mbt: int, cap: int)
 # --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _MoeActivation:
+    """One MoE layer's transient bytes in the profile pass."""
+
+    total: float  # everything at the layer's peak
+    workspace: float  # the fused-MoE workspaces
+    dispatched: float  # what the tokens gathered from the other DP / EP ranks add
+
+
+def _moe_activation(
+    spec: ModelSpec, tp: int, ep: int, tokens: int, db: float, acct: Accounting, moe: MoeParallel | None = None
+) -> _MoeActivation:
+    """The MoE layer's peak over ``tokens`` local tokens.
+
+    With dp > 1 the layer all-gathers the tokens of the whole DP group first (``moe.
+    dispatch_ranks``; the profile's dummy batch is ``max_num_batched_tokens`` on every DP rank,
+    ``_dummy_run`` after ``coordinate_batch_across_dp``), so its hidden states, router logits,
+    top-k ids / weights and workspaces cover dp x tokens. 0.32's workspaces are
+    ``TritonExperts.workspace_shapes`` for all M of them (``FusedMoEKernel._allocate_buffers``:
+    workspace13 (M, topk, max(N / 2, K)), shared with the (M, K) output, and workspace2
+    (M, topk, max(N, K)), N = 2 x the rank's intermediate size, K = hidden) kept by the
+    workspace manager; older releases: the planner's chunked estimate."""
+    h = spec.hidden_size
+    shard = moe.moe_tp if moe is not None else (1 if ep > 1 else tp)
+    inter = spec.moe_intermediate_size / shard
+    topk = max(spec.num_experts_per_tok, 1)
+    gather = moe.dispatch_ranks if moe is not None else 1
+
+    def workspace(m: int) -> float:
+        if acct.moe_unchunked:
+            return max(m * topk * max(inter, h), m * h) * db + m * topk * max(2 * inter, h) * db
+        # fused_moe caches (gate_up out, activation out, per-expert out) for one chunk.
+        return min(m, FUSED_MOE_CHUNK) * topk * (3 * inter + h) * db
+
+    def layer(m: int) -> float:
+        # Workspaces, router logits (fp32) and the summed output of the local tokens; the
+        # gathered hidden states and top-k ids / weights (int32 + fp32) when tokens came in.
+        total = workspace(m) + m * spec.num_experts * 4 + tokens * h * db
+        if m > tokens:
+            total += m * h * db + m * topk * 8
+        return total
+
+    gathered = tokens * gather
+    full = layer(gathered)
+    return _MoeActivation(full, workspace(gathered), full - layer(tokens))
+
+
 def _activation_bytes(
     spec: ModelSpec,
     layers: list[int],
@@ -772,21 +932,17 @@ def _activation_bytes(
     seqs: int,
     db: float,
     acct: Accounting,
+    moe: MoeParallel | None = None,
 ) -> float:
     h = spec.hidden_size
     residual = 3 * tokens * h * db  # hidden states, residual, normed input
     mlp = 0.0
     for i in layers:
         if spec.is_moe_layer(i):
-            chunk = min(tokens, FUSED_MOE_CHUNK)
-            inter = spec.moe_intermediate_size / (1 if ep > 1 else tp)
-            topk = max(spec.num_experts_per_tok, 1)
-            # fused_moe caches (gate_up out, activation out, per-expert out)
-            # for one chunk, router logits (fp32) and the summed output.
-            moe = chunk * topk * (3 * inter + h) * db + tokens * spec.num_experts * 4 + tokens * h * db
+            moe_peak = _moe_activation(spec, tp, ep, tokens, db, acct, moe).total
             if spec.num_shared_experts:
-                moe += tokens * 3 * spec.shared_expert_intermediate_size / tp * db
-            mlp = max(mlp, moe)
+                moe_peak += tokens * 3 * spec.shared_expert_intermediate_size / tp * db
+            mlp = max(mlp, moe_peak)
         else:
             mlp = max(mlp, tokens * 3 * spec.intermediate_size / tp * db)
     heads_r = spec.num_attention_heads / tp
@@ -805,11 +961,25 @@ def _activation_bytes(
     return max(forward, sampler)
 
 
-def _non_torch_bytes(tp: int, pp: int, device: Device, acct: Accounting, nvlink: bool) -> tuple[float, float]:
-    """(inside the budget, outside it): cuBLAS workspaces, NCCL, custom all-reduce."""
+def _all2all_buffer_bytes(moe: MoeParallel | None) -> float:
+    """DeepEP's ``deep_ep.Buffer`` NVLink bytes (``VLLM_DEEPEP_BUFFER_SIZE_MB``) that
+    ``DeepEPHTAll2AllManager`` / ``DeepEPLLAll2AllManager._make_all2all_kwargs`` ask for, made
+    when the MoE layers build their prepare/finalize (after the startup snapshot, outside
+    torch: non-torch memory inside the budget). allgather_reducescatter (the default) keeps
+    no buffer of its own: its all-gathers are activations (``_moe_activation``)."""
+    if moe is None or moe.all2all not in ("deepep_high_throughput", "deepep_low_latency"):
+        return 0.0
+    return DEEPEP_BUFFER_MIB * MIB
+
+
+def _non_torch_bytes(
+    tp: int, pp: int, device: Device, acct: Accounting, nvlink: bool, moe: MoeParallel | None = None
+) -> tuple[float, float]:
+    """(inside the budget, outside it): cuBLAS workspaces, NCCL, custom all-reduce, all2all buffers."""
     if device.kind == "cpu":
         return 0.0, 0.0
     base = 0.15 * GIB if acct.engine == "v1" else 0.1 * GIB
+    base += _all2all_buffer_bytes(moe)
     nccl = 0.0
     world = tp * pp
     if world > 1:
@@ -819,8 +989,10 @@ def _non_torch_bytes(tp: int, pp: int, device: Device, acct: Accounting, nvlink:
         nccl = 2 * (0.25 * GIB + per_peer * (tp - 1)) if tp > 1 else 0.0
         if pp > 1:
             nccl += 0.2 * GIB
-        if tp > 1 and nvlink:
-            nccl += 0.1 * GIB * tp / 8  # custom all-reduce IPC buffers
+        # Custom all-reduce IPC buffers: CustomAllreduce refuses more than two PCIe-only GPUs
+        # (not fully connected), so without NVLink only a pair keeps them.
+        if tp > 1 and (nvlink or tp == 2):
+            nccl += 0.1 * GIB * tp / 8
     inside = base + (nccl if acct.nccl_in_budget else 0.0)
     outside = CUDA_CONTEXT_GIB * GIB + (0.0 if acct.nccl_in_budget else nccl)
     return inside, outside
@@ -843,6 +1015,95 @@ def _cuda_graph_bytes(
         return 0.0
     graphs = 2 * len(_capture_sizes(seqs, tokens))  # piecewise + full decode graphs
     return graphs * len(layers) * CUDA_GRAPH_MIB_PER_GRAPH_LAYER * MIB
+
+
+def _moe_parts(
+    spec: ModelSpec,
+    layers: list[int],
+    tp: int,
+    ep: int,
+    tokens: int,
+    quant: QuantSpec | None,
+    db: float,
+    acct: Accounting,
+    moe: MoeParallel | None,
+    layer_ratio: float,
+    eplb: bool,
+) -> dict[str, float]:
+    """The named MoE parts of one stage's ranks (GiB), when EP, DP or EPLB changes them:
+
+    * ``weights.routed_experts_gib``: the routed experts the busiest rank holds (already in
+      the layer weights);
+    * ``weights.eplb_buffers_gib``: what ``EplbState.add_model`` allocates while the model
+      loads (counted in "Model loading took"): ``expert_buffer``, one MoE layer's local
+      experts (``torch.empty_like`` of ``expert_weights[0]``), and the int32 load window
+      (``EPLBConfig.window_size`` x MoE layers x physical experts) with its pass buffer;
+      added to the weights here;
+    * ``activation.moe_workspace_gib``: the fused-MoE workspaces over the dispatched tokens;
+    * ``activation.moe_all2all_gib``: what the tokens gathered from the other DP / EP ranks add
+      to the MoE layer's peak (both already in the activation);
+    * ``non_torch.all2all_buffers_gib``: DeepEP's buffers (already in non-torch).
+    """
+    moe_layers = [i for i in layers if spec.is_moe_layer(i)]
+    if moe is None or not moe_layers or (moe.ep_size == 1 and moe.dispatch_ranks == 1 and not eplb):
+        return {}
+    one_layer = _routed_expert_bytes(spec, tp, ep, quant, db, moe) * layer_ratio
+    parts = {"weights.routed_experts_gib": len(moe_layers) * one_layer / GIB}
+    if eplb:
+        load = (EPLB_WINDOW + 1) * len(moe_layers) * moe.global_experts * 4
+        parts["weights.eplb_buffers_gib"] = (one_layer + load) / GIB
+    act = _moe_activation(spec, tp, ep, tokens, db, acct, moe)
+    parts["activation.moe_workspace_gib"] = act.workspace / GIB
+    if act.dispatched:
+        parts["activation.moe_all2all_gib"] = act.dispatched / GIB
+    buffers = _all2all_buffer_bytes(moe)
+    if buffers:
+        parts["non_torch.all2all_buffers_gib"] = buffers / GIB
+    return parts
+
+
+def _moe_assumptions(
+    spec: ModelSpec, settings: Settings, moe: MoeParallel | None, tokens: int, nvlink: bool, device: Device
+) -> list[str]:
+    """One line per MoE / EP rule the estimate applied (``Estimate.assumptions``)."""
+    lines: list[str] = []
+    tp = settings.tensor_parallel_size
+    if moe is not None and (moe.ep_size > 1 or moe.dispatch_ranks > 1 or settings.enable_eplb):
+        if moe.ep_size > 1:
+            redundant = moe.global_experts - spec.num_experts
+            extra = f" ({spec.num_experts} + {redundant} redundant)" if redundant else ""
+            lines.append(
+                f"EP={moe.ep_size}: {moe.local_experts} of {moe.global_experts}{extra} experts on the busiest rank"
+                " (determine_expert_map, linear), whole experts (MoE TP 1)"
+            )
+        else:
+            lines.append(
+                f"MoE without EP: expert weights TP-sharded over all {moe.moe_tp} ranks (dp x tp,"
+                " FusedMoEParallelConfig.flatten_tp_across_dp_and_pcp)"
+            )
+        if moe.dispatch_ranks > 1:
+            how = moe.all2all or "naive DP all-gather"
+            lines.append(
+                f"MoE layers all-gather the tokens of {moe.dispatch_ranks} DP ranks ({how}): the profile's MoE"
+                f" activation covers {moe.dispatch_ranks} x {tokens:,} = {moe.dispatch_ranks * tokens:,} tokens"
+            )
+        if moe.all2all in ("deepep_high_throughput", "deepep_low_latency"):
+            lines.append(
+                f"{moe.all2all}: {DEEPEP_BUFFER_MIB} MiB DeepEP NVLink buffer (VLLM_DEEPEP_BUFFER_SIZE_MB) in"
+                " non-torch; its RDMA buffer (across nodes, low-latency size hint) is not counted, and its"
+                " dispatch activation is approximated by the all-gather's dp x tokens"
+            )
+        elif moe.all2all and moe.all2all != DEFAULT_ALL2ALL_BACKEND:
+            lines.append(f"{moe.all2all}: its own buffers are not modelled (only the gathered activations)")
+        if settings.enable_eplb:
+            lines.append(
+                f"EPLB: one MoE layer's local experts (expert_buffer) and a {EPLB_WINDOW}-step int32 load window"
+                " counted in the weights"
+            )
+    if tp > 1 and not nvlink and device.kind == "cuda":
+        state = "kept (two GPUs)" if tp == 2 else "off (CustomAllreduce: more than two PCIe-only GPUs)"
+        lines.append(f"PCIe without NVLink: custom all-reduce {state}; NCCL buffers outside the budget")
+    return lines
 
 
 # --------------------------------------------------------------------------
@@ -902,6 +1163,7 @@ def estimate(
     tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
     dp = settings.data_parallel_size
     ep = tp * dp if settings.enable_expert_parallel and spec.is_moe else 1
+    moe = moe_parallel(spec, settings) if spec.is_moe else None
     notes: list[str] = []
     if not math.isfinite(device.total_gib) or (device.kind != "cpu" and device.total_gib <= 0):
         raise PlanError(
@@ -980,7 +1242,7 @@ def estimate(
         start += count
         dev = stage_devices[stage]
         first, last = stage == 0, stage == pp - 1
-        parts = _stage_parts(spec, layers, first, last, tp, ep, quant, db, pp, acct)
+        parts = _stage_parts(spec, layers, first, last, tp, ep, quant, db, pp, acct, moe)
         weights = (
             parts.embed * ratios.get("embed", 1.0)
             + parts.head * ratios.get("head", 1.0)
@@ -988,8 +1250,12 @@ def estimate(
             + parts.vision
             + parts.other
         )
-        act = _activation_bytes(spec, layers, last, tp, ep, tokens, min(seqs, tokens), db, acct)
-        nt_in, nt_out = _non_torch_bytes(tp, pp, dev, acct, nvlink)
+        moe_parts = _moe_parts(
+            spec, layers, tp, ep, tokens, quant, db, acct, moe, ratios.get("layer", 1.0), settings.enable_eplb
+        )
+        weights += moe_parts.get("weights.eplb_buffers_gib", 0.0) * GIB
+        act = _activation_bytes(spec, layers, last, tp, ep, tokens, min(seqs, tokens), db, acct, moe)
+        nt_in, nt_out = _non_torch_bytes(tp, pp, dev, acct, nvlink, moe)
         graphs = _cuda_graph_bytes(spec, layers, seqs, tokens, settings, dev)
         budget = dev.total_gib * GIB * settings.gpu_memory_utilization
         available = budget - weights - act - nt_in - (graphs if acct.graphs_in_budget else 0.0)
@@ -1012,6 +1278,7 @@ def estimate(
                 "per_block": per_block,
                 "blocks": blocks,
                 "device": dev,
+                "parts": moe_parts,
             }
         )
 
@@ -1046,6 +1313,7 @@ def estimate(
                     budget_gib=info["budget"] / GIB,
                     total_gib=dev.total_gib,
                     startup_overhead_gib=info["nt_out"] / GIB,
+                    parts=dict(info["parts"]),
                 )
             )
 
@@ -1108,4 +1376,5 @@ def estimate(
         reason=reason,
         vllm_version=settings.vllm_version,
         notes=notes,
+        assumptions=_moe_assumptions(spec, settings, moe, tokens, nvlink, smallest),
     )
