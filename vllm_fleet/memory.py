@@ -27,6 +27,7 @@ against logs of older releases; plans always use the current accounting.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -408,6 +409,8 @@ class Estimate:
     # One line per model- or option-specific part (the ``parts`` of the ranks): what the
     # planner assumed for it, e.g. "LoRA: 4 adapters x rank 16 buffers on every rank".
     assumptions: list[str] = field(default_factory=list)
+    # The multimodal vllm serve options the estimate was made with (render.vllm_args adds them).
+    mm_serve_args: list[str] = field(default_factory=list)
 
     def _worst(self, key: str) -> float:
         return max(float(getattr(r, key)) for r in self.ranks)
@@ -900,6 +903,19 @@ def _vision_weight_bytes(spec: ModelSpec, vision: VisionSpec, tp: int, db: float
     return (shard / split + repl) * db * scale
 
 
+def _mm_serve_args(settings: Settings) -> list[str]:
+    args: list[str] = []
+    if settings.limit_mm_per_prompt is not None:
+        args += ["--limit-mm-per-prompt", json.dumps(settings.limit_mm_per_prompt, separators=(",", ":"))]
+    if settings.mm_max_pixels:
+        args += ["--mm-processor-kwargs", json.dumps({"max_pixels": settings.mm_max_pixels})]
+    if settings.skip_mm_profiling:
+        args.append("--skip-mm-profiling")
+    if settings.mm_encoder_tp_mode != "weights":
+        args += ["--mm-encoder-tp-mode", settings.mm_encoder_tp_mode]
+    return args
+
+
 def _mm_parts(info: dict[str, Any]) -> dict[str, float]:
     parts = {"weights.vision_gib": info["vision"] / GIB}
     profile: EncoderProfile | None = info["profile"]
@@ -1244,4 +1260,5 @@ def estimate(
         vllm_version=settings.vllm_version,
         notes=notes,
         assumptions=assumptions,
+        mm_serve_args=_mm_serve_args(settings) if spec.vision is not None or spec.vision_params else [],
     )
