@@ -179,7 +179,7 @@ def vision_spec_from_config(
             image_size=_int(vc, where, "image_size", 1540),
             spatial_merge=_int(top, source, "spatial_merge_size", 2),
             post_layernorm=False,
-            projector_bias=bool(top.get("multimodal_projector_bias", True)),
+            projector_bias=bool(top.get("multimodal_projector_bias", False)),  # Mistral3Config's default
             **common,
         )
     if mt == "llava":
