@@ -138,7 +138,7 @@ with torch.device("meta"):
 RESULT = out
 """
 
-BUDGET_CASES = [
+BUDGET_CASES: list[dict[str, Any]] = [
     {"per_item": {"image": 16384, "video": 114688}, "mbt": 8192, "limits": {"image": 999, "video": 999},
      "mml": 128000, "seqs": 1024},
     {"per_item": {"image": 256}, "mbt": 8192, "limits": {"image": 999}, "mml": 131072, "seqs": 256},
