@@ -75,6 +75,27 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _mm_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The multimodal Settings / Wishes fields of the command line."""
+    kwargs = args.mm_processor_kwargs or {}
+    return dict(
+        limit_mm_per_prompt=args.limit_mm_per_prompt,
+        mm_max_pixels=kwargs.get("max_pixels"),
+        skip_mm_profiling=args.skip_mm_profiling,
+        mm_encoder_tp_mode=args.mm_encoder_tp_mode,
+    )
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
@@ -113,6 +134,21 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="as vllm serve's: vLLM refuses fbgemm_fp8 and fp_quant without it",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    # Multimodal models: the vllm serve options whose memory the planner models (multimodal.py).
+    p.add_argument(
+        "--limit-mm-per-prompt",
+        type=_json_object,
+        default=None,
+        help='as vllm serve\'s, e.g. \'{"image": 2, "video": 0}\'; 0 for every modality: text only, no tower',
+    )
+    p.add_argument(
+        "--mm-processor-kwargs",
+        type=_json_object,
+        default=None,
+        help="as vllm serve's; the planner models max_pixels (Qwen-VL), e.g. '{\"max_pixels\": 1003520}'",
+    )
+    p.add_argument("--skip-mm-profiling", action="store_true", help="as vllm serve's: no encoder profile pass")
+    p.add_argument("--mm-encoder-tp-mode", choices=["weights", "data"], default="weights")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -296,6 +332,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         enable_eplb=args.enable_eplb,
         num_redundant_experts=_redundant_experts(args.eplb_config),
         all2all_backend=args.all2all_backend,
+        **_mm_settings(args),
     )
     nvlink = args.nvlink
     if nvlink is None:
@@ -330,6 +367,7 @@ def _wishes(args: argparse.Namespace) -> dict[str, Any]:
         vllm_version=args.vllm_version,
         extra_env=dict(args.env),
         extra_args=_extra_args(args),
+        **_mm_settings(args),
     )
 
 

@@ -27,8 +27,9 @@ against logs of older releases; plans always use the current accounting.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from vllm_fleet.errors import PlanError
@@ -43,6 +44,15 @@ from vllm_fleet.model_spec import (
     quant_from_name,
     resolve_quantization,
     supported_quantization,
+)
+from vllm_fleet.multimodal import (
+    QWEN_FAMILIES,
+    EncoderProfile,
+    VisionSpec,
+    encoder_profile,
+    parse_limits,
+    tower_loaded,
+    vision_weight_elements,
 )
 
 GIB = 1 << 30
@@ -200,6 +210,13 @@ class Settings:
     enable_eplb: bool = False
     num_redundant_experts: int = 0
     all2all_backend: str = DEFAULT_ALL2ALL_BACKEND
+    # Multimodal models (multimodal.py): --limit-mm-per-prompt counts (0 for every modality of
+    # a tower: not built, not profiled), --mm-processor-kwargs '{"max_pixels": N}',
+    # --skip-mm-profiling and --mm-encoder-tp-mode.
+    limit_mm_per_prompt: dict[str, int] | None = None
+    mm_max_pixels: int | None = None
+    skip_mm_profiling: bool = False
+    mm_encoder_tp_mode: str = "weights"
 
     def validate(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
@@ -222,6 +239,13 @@ class Settings:
             )
         if self.kv_cache_memory_bytes is not None:
             check_count(self.kv_cache_memory_bytes, "--kv-cache-memory-bytes", 1 << 50)
+        if self.limit_mm_per_prompt is not None:
+            self.limit_mm_per_prompt = parse_limits(self.limit_mm_per_prompt)
+        check_count(self.mm_max_pixels, "--mm-processor-kwargs max_pixels", 1 << 36)
+        if self.mm_encoder_tp_mode not in ("weights", "data"):
+            raise PlanError(
+                "--mm-encoder-tp-mode", f"must be weights or data, got {self.mm_encoder_tp_mode!r}", "use weights"
+            )
         if self.dtype not in ("auto", "bfloat16", "float16", "float32", "half", "float"):
             raise PlanError("--dtype", f"unknown dtype '{self.dtype}'", "use auto, bfloat16, float16 or float32")
         if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"):
@@ -425,6 +449,8 @@ class Estimate:
     # One line per model- or option-specific part (the ``parts`` of the ranks): what the
     # planner assumed for it, e.g. "LoRA: 4 adapters x rank 16 buffers on every rank".
     assumptions: list[str] = field(default_factory=list)
+    # The multimodal vllm serve options the estimate was made with (render.vllm_args adds them).
+    mm_serve_args: list[str] = field(default_factory=list)
 
     def _worst(self, key: str) -> float:
         return max(float(getattr(r, key)) for r in self.ranks)
@@ -1107,6 +1133,105 @@ def _moe_assumptions(
 
 
 # --------------------------------------------------------------------------
+# Multimodal towers (multimodal.py)
+# --------------------------------------------------------------------------
+
+
+def _vision(spec: ModelSpec, settings: Settings) -> VisionSpec | None:
+    """The tower with ``--mm-processor-kwargs '{"max_pixels": N}'`` applied (Qwen: the flat
+    kwarg reaches both images_kwargs and videos_kwargs, ``_merge_and_resolve_mm_processor_kwargs``)."""
+    vision = spec.vision
+    if vision is None or not settings.mm_max_pixels or vision.family not in QWEN_FAMILIES:
+        return vision
+    px = settings.mm_max_pixels
+    return replace(
+        vision,
+        image_max_pixels=px,
+        video_max_pixels=px if vision.video_max_pixels else 0,
+        pixels_source="--mm-processor-kwargs max_pixels",
+    )
+
+
+def _vision_weight_bytes(spec: ModelSpec, vision: VisionSpec, tp: int, db: float, data_mode: bool) -> float:
+    """One rank's tower and projector: the TP-sharded linears split over ``tp`` (whole with
+    ``--mm-encoder-tp-mode data``), the rest replicated; scaled to the safetensors bytes of
+    the vision tensors when the folder has them."""
+    shard, repl = vision_weight_elements(vision)
+    total = (shard + repl) * db
+    split = 1 if data_mode else tp
+    found = (spec.file_bytes or {}).get("vision", 0)
+    scale = found / total if found and total else 1.0
+    return (shard / split + repl) * db * scale
+
+
+def _mm_serve_args(settings: Settings) -> list[str]:
+    args: list[str] = []
+    if settings.limit_mm_per_prompt is not None:
+        args += ["--limit-mm-per-prompt", json.dumps(settings.limit_mm_per_prompt, separators=(",", ":"))]
+    if settings.mm_max_pixels:
+        args += ["--mm-processor-kwargs", json.dumps({"max_pixels": settings.mm_max_pixels})]
+    if settings.skip_mm_profiling:
+        args.append("--skip-mm-profiling")
+    if settings.mm_encoder_tp_mode != "weights":
+        args += ["--mm-encoder-tp-mode", settings.mm_encoder_tp_mode]
+    return args
+
+
+def _mm_parts(info: dict[str, Any]) -> dict[str, float]:
+    parts = {"weights.vision_gib": info["vision"] / GIB}
+    profile: EncoderProfile | None = info["profile"]
+    if profile is not None:
+        parts["activation.encoder_profile_gib"] = profile.peak_bytes / GIB
+        parts["activation.encoder_cache_gib"] = profile.cache_bytes / GIB
+    return parts
+
+
+def _mm_assumptions(
+    vision: VisionSpec,
+    settings: Settings,
+    stage_info: list[dict[str, Any]],
+    loaded: bool,
+    tp: int,
+    data_mode: bool,
+) -> list[str]:
+    limits = settings.limit_mm_per_prompt
+    if not loaded:
+        return [
+            f"vision tower ({vision.family}): not built, --limit-mm-per-prompt is 0 for "
+            f"{' and '.join(vision.modalities)} (vLLM's _mark_tower_model)"
+        ]
+    lines = [
+        f"vision tower ({vision.family}, {vision.depth} blocks x {vision.hidden} hidden): "
+        + (
+            "whole on every rank (--mm-encoder-tp-mode data)"
+            if data_mode
+            else (f"linears split over TP={tp}, norms/embeddings replicated" if tp > 1 else "on the rank")
+        )
+        + ", on every PP stage"
+    ]
+    profile: EncoderProfile | None = stage_info[0]["profile"]
+    if settings.skip_mm_profiling:
+        lines.append("encoder profile: skipped (--skip-mm-profiling); the encoder's activations are not reserved")
+    elif profile is not None:
+        pixels = ""
+        if vision.family in QWEN_FAMILIES:
+            pixels = f" (max_pixels {vision.image_max_pixels:,} from {vision.pixels_source})"
+        lines.append(
+            f"encoder profile: {profile.items} dummy {profile.modality} item(s) of {profile.tokens_per_item:,} tokens"
+            f"{pixels} -> {profile.patches:,} ViT patches in one forward, encoder budget {profile.budget:,} tokens;"
+            " peak approximated from the eager ViT block (flash-style attention, no seq x seq scores)"
+        )
+        lines.append(
+            f"encoder cache: the {profile.items} x {profile.tokens_per_item:,} output embeddings stay alive through"
+            " the language model's dummy forward (profile_run's encoder_cache); shrink with --limit-mm-per-prompt"
+            + (" or --mm-processor-kwargs max_pixels" if vision.family in QWEN_FAMILIES else "")
+        )
+    elif limits:
+        lines.append("encoder profile: nothing to profile with these --limit-mm-per-prompt counts")
+    return lines
+
+
+# --------------------------------------------------------------------------
 # Defaults vLLM applies
 # --------------------------------------------------------------------------
 
@@ -1234,6 +1359,9 @@ def estimate(
     else:
         block = 16
     ratios = _file_ratios(spec, quant, db)
+    vision = _vision(spec, settings)
+    loaded = vision is not None and tower_loaded(vision, settings.limit_mm_per_prompt)
+    data_mode = vision is not None and settings.mm_encoder_tp_mode == "data" and vision.supports_encoder_tp_data
 
     stage_info: list[dict[str, Any]] = []
     start = 0
@@ -1243,6 +1371,9 @@ def estimate(
         dev = stage_devices[stage]
         first, last = stage == 0, stage == pp - 1
         parts = _stage_parts(spec, layers, first, last, tp, ep, quant, db, pp, acct, moe)
+        if vision is not None:
+            # vLLM builds the tower on every PP rank (the model classes have no PP check).
+            parts.vision = _vision_weight_bytes(spec, vision, tp, db, data_mode) if loaded else 0.0
         weights = (
             parts.embed * ratios.get("embed", 1.0)
             + parts.head * ratios.get("head", 1.0)
@@ -1255,6 +1386,22 @@ def estimate(
         )
         weights += moe_parts.get("weights.eplb_buffers_gib", 0.0) * GIB
         act = _activation_bytes(spec, layers, last, tp, ep, tokens, min(seqs, tokens), db, acct, moe)
+        profile: EncoderProfile | None = None
+        if vision is not None and loaded and not settings.skip_mm_profiling and acct.engine == "v1":
+            profile = encoder_profile(
+                vision,
+                limits=settings.limit_mm_per_prompt,
+                max_model_len=mml,
+                max_num_batched_tokens=tokens,
+                max_num_seqs=seqs,
+                tp=tp,
+                data_mode=data_mode,
+                db=db,
+            )
+            if profile is not None:
+                # profile_run: the encoder forward, then its outputs stay in encoder_cache
+                # through the LM dummy forward and the dummy sampler.
+                act = max(profile.peak_bytes, profile.cache_bytes + act)
         nt_in, nt_out = _non_torch_bytes(tp, pp, dev, acct, nvlink, moe)
         graphs = _cuda_graph_bytes(spec, layers, seqs, tokens, settings, dev)
         budget = dev.total_gib * GIB * settings.gpu_memory_utilization
@@ -1279,6 +1426,8 @@ def estimate(
                 "blocks": blocks,
                 "device": dev,
                 "parts": moe_parts,
+                "vision": parts.vision if vision is not None else 0.0,
+                "profile": profile,
             }
         )
 
@@ -1313,7 +1462,7 @@ def estimate(
                     budget_gib=info["budget"] / GIB,
                     total_gib=dev.total_gib,
                     startup_overhead_gib=info["nt_out"] / GIB,
-                    parts=dict(info["parts"]),
+                    parts={**info["parts"], **(_mm_parts(info) if vision is not None else {})},
                 )
             )
 
@@ -1348,6 +1497,7 @@ def estimate(
                     f"the CUDA context and NCCL ({info['nt_out'] / GIB:.2f} GiB); lower it"
                 )
                 break
+    assumptions = _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode) if vision is not None else []
     if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
         notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")
     return Estimate(
@@ -1376,5 +1526,6 @@ def estimate(
         reason=reason,
         vllm_version=settings.vllm_version,
         notes=notes,
-        assumptions=_moe_assumptions(spec, settings, moe, tokens, nvlink, smallest),
+        assumptions=_moe_assumptions(spec, settings, moe, tokens, nvlink, smallest) + assumptions,
+        mm_serve_args=_mm_serve_args(settings) if spec.vision is not None or spec.vision_params else [],
     )

