@@ -401,6 +401,9 @@ class Estimate:
     # One line per model- or option-specific part (the ``parts`` of the ranks): what the
     # planner assumed for it, e.g. "LoRA: 4 adapters x rank 16 buffers on every rank".
     assumptions: list[str] = field(default_factory=list)
+    # The vllm serve flags of the options planned with (options.serve_args: LoRA,
+    # --speculative-config, --cpu-offload-gb), rendered into the plan's argv.
+    option_args: list[str] = field(default_factory=list)
 
     def _worst(self, key: str) -> float:
         return max(float(getattr(r, key)) for r in self.ranks)
@@ -469,6 +472,8 @@ class Estimate:
         data["reason"] = self.reason
         data["notes"] = self.notes
         data["assumptions"] = self.assumptions
+        if self.option_args:
+            data["option_args"] = self.option_args
         data["ranks"] = [r.to_dict() for r in self.ranks]
         return data
 
@@ -1211,4 +1216,5 @@ def estimate(
         vllm_version=settings.vllm_version,
         notes=notes,
         assumptions=assumptions,
+        option_args=options.serve_args(settings),
     )

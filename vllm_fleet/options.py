@@ -428,3 +428,63 @@ def assumptions(spec: ModelSpec, settings: Settings, sd: SpecDecode | None) -> l
             "change their state caching with it (modelled with the KV layout, not here)"
         )
     return lines
+
+
+def serve_args(settings: Settings) -> list[str]:
+    """The ``vllm serve`` flags of these options, as the plan renders them (the memory the
+    planner counted is the memory of exactly these flags)."""
+    import json
+
+    args: list[str] = []
+    if settings.enable_lora:
+        args += [
+            "--enable-lora",
+            "--max-loras",
+            str(settings.max_loras),
+            "--max-lora-rank",
+            str(settings.max_lora_rank),
+        ]
+        if settings.max_cpu_loras is not None:
+            args += ["--max-cpu-loras", str(settings.max_cpu_loras)]
+        if settings.lora_dtype != "auto":
+            args += ["--lora-dtype", settings.lora_dtype]
+        if settings.fully_sharded_loras:
+            args.append("--fully-sharded-loras")
+    if settings.speculative_config is not None:
+        args += ["--speculative-config", json.dumps(settings.speculative_config, sort_keys=True, separators=(",", ":"))]
+    if settings.cpu_offload_gb:
+        args += ["--cpu-offload-gb", f"{settings.cpu_offload_gb:g}"]
+    return args
+
+
+def parse_speculative_config(text: str | None) -> dict[str, Any] | None:
+    """``--speculative-config`` JSON as vLLM's parser takes it (an object)."""
+    import json
+
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(SPEC_FIELD, f"is not JSON ({exc.msg})", '--speculative-config \'{"method": "mtp"}\'') from exc
+    if not isinstance(value, dict):
+        raise PlanError(SPEC_FIELD, "must be a JSON object", '--speculative-config \'{"method": "mtp"}\'')
+    return value
+
+
+def draft_spec_for(config: dict[str, Any] | None) -> ModelSpec | None:
+    """The draft model a speculative config names (EAGLE / draft_model), loaded like --model."""
+    from vllm_fleet.model_spec import load_model
+
+    if not config:
+        return None
+    model = config.get("model")
+    method = config.get("method")
+    if not isinstance(model, str) or method in MODEL_FREE_METHODS or model in ("ngram", "[ngram]"):
+        return None
+    if method == "mtp" or method in MTP_ALIASES:
+        return None
+    try:
+        return load_model(model)
+    except PlanError as err:
+        raise PlanError(SPEC_FIELD, f"draft model: {err.problem}", err.fix) from None

@@ -72,7 +72,7 @@ def vllm_args(
         args += ["--kv-cache-dtype", est.kv_cache_dtype]
     if est.enforce_eager:
         args.append("--enforce-eager")
-    return args
+    return args + est.option_args
 
 
 def instance_env(est: Estimate, partition_is_custom: bool) -> dict[str, str]:
