@@ -149,6 +149,56 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--skip-mm-profiling", action="store_true", help="as vllm serve's: no encoder profile pass")
     p.add_argument("--mm-encoder-tp-mode", choices=["weights", "data"], default="weights")
+    _option_flags(p)
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from exc
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _option_flags(p: argparse.ArgumentParser) -> None:
+    """vllm serve's options whose memory the planner models (vllm_fleet/options.py)."""
+    from vllm_fleet.options import LORA_DTYPES, LORA_RANKS
+
+    lora = p.add_argument_group("LoRA (vllm serve --enable-lora ...)")
+    lora.add_argument("--enable-lora", action="store_true")
+    lora.add_argument("--max-loras", type=_count(1 << 12), default=1, help="adapters in one batch (default 1)")
+    lora.add_argument("--max-lora-rank", type=int, choices=LORA_RANKS, default=16, metavar="RANK", help="default 16")
+    lora.add_argument("--max-cpu-loras", type=_count(1 << 16), default=None, help="default: --max-loras")
+    lora.add_argument("--lora-dtype", choices=LORA_DTYPES, default="auto")
+    lora.add_argument("--fully-sharded-loras", action="store_true")
+    p.add_argument(
+        "--speculative-config",
+        default=None,
+        metavar="JSON",
+        help='as vllm serve\'s, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' or '
+        '\'{"method": "eagle3", "model": "<draft>", "num_speculative_tokens": 3}\'',
+    )
+    p.add_argument("--cpu-offload-gb", type=_nonnegative_float, default=0.0, help="weights per GPU moved to CPU")
+
+
+def _option_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The Settings / Wishes fields of _option_flags."""
+    from vllm_fleet.options import draft_spec_for, parse_speculative_config
+
+    config = parse_speculative_config(args.speculative_config)
+    return dict(
+        enable_lora=args.enable_lora,
+        max_loras=args.max_loras,
+        max_lora_rank=args.max_lora_rank,
+        max_cpu_loras=args.max_cpu_loras,
+        lora_dtype=args.lora_dtype,
+        fully_sharded_loras=args.fully_sharded_loras,
+        speculative_config=config,
+        draft_spec=draft_spec_for(config),
+        cpu_offload_gb=args.cpu_offload_gb,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,6 +238,18 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--layer-partition", default=None, help="VLLM_PP_LAYER_PARTITION, e.g. 40,40")
     est.add_argument("--vllm-version", default=CURRENT_VLLM, help="accounting of this vLLM release (default: current)")
     est.add_argument("--engine", choices=["v0", "v1"], default=None, help="override the engine the version implies")
+    est.add_argument(
+        "--kv-cache-memory-bytes",
+        type=_count(1 << 50),
+        default=None,
+        help="as vllm serve's: the KV pool's size (vLLM then skips profiling-based sizing)",
+    )
+    est.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="no memory of its own (stated in the assumptions)",
+    )
 
     plan = sub.add_parser("plan", help="choose the layout of a model on a cluster")
     _common(plan)
@@ -333,6 +395,9 @@ def run_estimate(args: argparse.Namespace) -> int:
         num_redundant_experts=_redundant_experts(args.eplb_config),
         all2all_backend=args.all2all_backend,
         **_mm_settings(args),
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        enable_prefix_caching=args.enable_prefix_caching,
+        **_option_settings(args),
     )
     nvlink = args.nvlink
     if nvlink is None:
@@ -368,6 +433,7 @@ def _wishes(args: argparse.Namespace) -> dict[str, Any]:
         extra_env=dict(args.env),
         extra_args=_extra_args(args),
         **_mm_settings(args),
+        **_option_settings(args),
     )
 
 

@@ -18,10 +18,13 @@ Inputs (all optional strings):
 * ``memlock``: ``ulimit -l`` (KiB or "unlimited")
 * ``secure_boot``: ``mokutil --sb-state`` output
 * ``runtimes``: names of container runtimes found (docker, podman, nvidia-ctk...)
+* ``compute_apps``: ``nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory
+  --format=csv,noheader,nounits`` (who holds GPU memory)
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -50,6 +53,51 @@ def parse_query_gpu(text: str) -> list[dict[str, Any]]:
             }
         )
     return gpus
+
+
+# vLLM's processes name themselves VLLM::EngineCore, VLLM::Worker_TP0... (setproctitle) or run
+# as "vllm serve": the fleet's own instances, which a changed plan restarts.
+VLLM_PROCESS = re.compile(r"vllm", re.IGNORECASE)
+
+
+def parse_compute_apps(text: str) -> list[dict[str, Any]]:
+    """One dict per GPU process from ``--query-compute-apps=gpu_bus_id,pid,process_name,used_memory``."""
+    apps = []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 4 or not fields[1].isdigit():
+            continue
+        apps.append({"pci_bus_id": fields[0], "pid": int(fields[1]), "name": fields[2], "used_mib": _number(fields[3])})
+    return apps
+
+
+def free_gib(gpus: list[dict[str, Any]], apps: list[dict[str, Any]]) -> float | None:
+    """The smallest free memory of the host's GPUs, in GiB, counting what vLLM's own processes
+    hold as free (a re-run of the plan against a serving fleet must not refuse the memory its
+    instances use). vLLM refuses to start when a GPU's free memory is below total x
+    gpu_memory_utilization (``request_memory``, v1/worker/utils.py), so the fullest GPU decides.
+    None when the driver does not report free memory."""
+    free: list[float] = []
+    for gpu in gpus:
+        if gpu["memory_free_mib"] is None:
+            return None
+        held = sum(
+            a["used_mib"] or 0.0
+            for a in apps
+            if a["pci_bus_id"]
+            and gpu["pci_bus_id"]
+            and _bus(a["pci_bus_id"]) == _bus(gpu["pci_bus_id"])
+            and VLLM_PROCESS.search(a["name"])
+        )
+        free.append(gpu["memory_free_mib"] + held)
+    # At least 0.01 GiB: a GPU another process fills is "nothing free", not a bad value.
+    return max(math.floor(min(free) / 1024 * 100) / 100, 0.01) if free else None
+
+
+def _bus(bus_id: str) -> str:
+    """PCI bus ids compare without the domain's leading zeros and case (00000000:18:00.0 = 0000:18:00.0)."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{domain.lstrip('0')}:{rest}"
 
 
 def _number(field: str) -> float | None:
@@ -186,6 +234,7 @@ def host_facts(raw: dict[str, Any]) -> dict[str, Any]:
     names = sorted({g["name"] for g in gpus})
     gpu_type = lookup_gpu(names[0]) if len(names) == 1 else None
     memory = min((g["memory_total_mib"] or 0.0) for g in gpus) / 1024 if gpus else None
+    apps = parse_compute_apps(str(raw.get("compute_apps") or ""))
     up_speeds = [n["speed_mbps"] / 1000 for n in nics if n["speed_mbps"] and n["state"] == "up"]
     ib_active = [p["gbps"] for p in ib if p["state"].upper() == "ACTIVE" and p["gbps"]]
     facts: dict[str, Any] = {
@@ -195,6 +244,8 @@ def host_facts(raw: dict[str, Any]) -> dict[str, Any]:
         "gpu": (gpu_type.name if gpu_type else names[0]) if len(names) == 1 else ("mixed" if names else None),
         "gpu_names": names,
         "gpu_memory_gib": round(memory, 2) if memory is not None else None,
+        "gpu_free_gib": free_gib(gpus, apps),
+        "gpu_processes": apps,
         "driver_version": gpus[0]["driver_version"] if gpus else None,
         "cuda_version": parse_cuda_version(str(raw.get("nvidia_smi_q") or "")),
         "compute_capability": gpus[0]["compute_capability"] if gpus else None,

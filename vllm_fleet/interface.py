@@ -63,6 +63,9 @@ VARIABLES: tuple[Var, ...] = (
     V("gpu_count", "int", None, "node", "GPUs on the node; default: detected", minimum=1, maximum=MAX_GPUS_PER_NODE),
     V("gpu_memory_gib", "float", None, "node", "memory per GPU (for cpu: what vLLM may use)", minimum=0.001,
       maximum=MAX_GPU_MEMORY_GIB),
+    V("gpu_free_gib", "float", None, "node", "free memory of the node's fullest GPU (default: detected, counting "
+      "vLLM's own processes as free); vLLM refuses to start below total x gpu_memory_utilization", minimum=0.001,
+      maximum=MAX_GPU_MEMORY_GIB),
     V("nvlink", "bool", None, "node", "GPUs linked by NVLink (default from the catalog / detected)"),
     V("nic_gbps", "float", 100, "node", "network speed between nodes", minimum=0.001, maximum=MAX_NIC_GBPS),
     V("address", "str", None, "node", "cluster address (VLLM_HOST_IP, Ray node IP, vLLM's bind address)"),

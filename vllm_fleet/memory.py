@@ -217,6 +217,19 @@ class Settings:
     mm_max_pixels: int | None = None
     skip_mm_profiling: bool = False
     mm_encoder_tp_mode: str = "weights"
+    # Options users turn on; vllm_fleet/options.py models their memory. ``speculative_config``
+    # is vllm serve's --speculative-config JSON; ``draft_spec`` the draft model it names
+    # (EAGLE / draft_model), resolved by the caller with load_model.
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None
+    lora_dtype: str = "auto"
+    fully_sharded_loras: bool = False
+    speculative_config: dict[str, Any] | None = None
+    draft_spec: ModelSpec | None = None
+    cpu_offload_gb: float = 0.0
+    enable_prefix_caching: bool | None = None
 
     def validate(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
@@ -268,6 +281,9 @@ class Settings:
                 f"unknown all2all backend '{self.all2all_backend}'",
                 "use one of " + ", ".join(sorted(ALL2ALL_BACKENDS)),
             )
+        from vllm_fleet import options
+
+        options.validate(self)
 
 
 @dataclass(frozen=True)
@@ -451,6 +467,9 @@ class Estimate:
     assumptions: list[str] = field(default_factory=list)
     # The multimodal vllm serve options the estimate was made with (render.vllm_args adds them).
     mm_serve_args: list[str] = field(default_factory=list)
+    # The vllm serve flags of the options planned with (options.serve_args: LoRA,
+    # --speculative-config, --cpu-offload-gb), rendered into the plan's argv.
+    option_args: list[str] = field(default_factory=list)
 
     def _worst(self, key: str) -> float:
         return max(float(getattr(r, key)) for r in self.ranks)
@@ -519,6 +538,8 @@ class Estimate:
         data["reason"] = self.reason
         data["notes"] = self.notes
         data["assumptions"] = self.assumptions
+        if self.option_args:
+            data["option_args"] = self.option_args
         data["ranks"] = [r.to_dict() for r in self.ranks]
         return data
 
@@ -858,15 +879,26 @@ class _KvLayout:
     window: int
 
 
-def _kv_layout(spec: ModelSpec, layers: list[int], tp: int, kv_b: float, block: int, acct: Accounting) -> _KvLayout:
+def _kv_layout(
+    spec: ModelSpec,
+    layers: list[int],
+    tp: int,
+    kv_b: float,
+    block: int,
+    acct: Accounting,
+    draft_layers: int = 0,
+) -> _KvLayout:
+    """``draft_layers``: full-attention layers of a speculative drafter with the target's
+    page size (MTP modules) that join this rank's pool (their KV specs are in the runner's
+    ``get_kv_cache_spec`` with the target's)."""
     per_token = _kv_layer_bytes(spec, tp, kv_b, acct)
-    types = [spec.layer_type(i) for i in layers]
+    types = [spec.layer_type(i) for i in layers] + ["full"] * draft_layers
     counts = {t: types.count(t) for t in set(types)}
     if acct.engine == "v0" or len(counts) == 1:
         # One group: every layer keeps the whole sequence (V0 ignored windows
         # when sizing, and uniform models have one group anyway).
         only = next(iter(counts)) if len(counts) == 1 else "full"
-        return _KvLayout(len(layers), [only], per_token * block, spec.sliding_window)
+        return _KvLayout(len(types), [only], per_token * block, spec.sliding_window)
     group_size = min(counts.values())
     groups: list[str] = []
     for kind in sorted(counts):
@@ -1024,23 +1056,42 @@ def _non_torch_bytes(
     return inside, outside
 
 
-def _capture_sizes(max_num_seqs: int, max_tokens: int) -> list[int]:
-    top = min(max_num_seqs * 2, 512, max_tokens)
+def _capture_sizes(max_num_seqs: int, max_tokens: int, query_len: int = 1) -> list[int]:
+    """``VllmConfig._set_cudagraph_sizes``; ``query_len`` is ``uniform_decode_query_len``
+    (1 + num_speculative_tokens): the ceiling grows with it and the uniform decode sizes
+    (request counts x query_len) are added."""
+    ceiling = min(max_num_seqs * query_len * 2, 512)
+    top = min(ceiling, max_tokens)
     sizes = [i for i in (1, 2, 4) if i <= top]
     if top >= 8:
         sizes += list(range(8, min(top + 1, 256), 8))
     if top >= 256:
         sizes += list(range(256, top + 1, 16))
+    if query_len > 1:
+        reqs = min(max_num_seqs, 512)
+        counts = [n for n in (1, 2, 4) if n <= reqs] + list(range(8, min(reqs + 1, 256), 8))
+        counts += [*range(256, reqs + 1, 16), reqs]
+        sizes = sorted(set(sizes) | {n * query_len for n in counts if n * query_len <= min(ceiling, max_tokens)})
     return sizes
 
 
 def _cuda_graph_bytes(
-    spec: ModelSpec, layers: list[int], seqs: int, tokens: int, settings: Settings, device: Device
+    spec: ModelSpec,
+    layers: list[int],
+    seqs: int,
+    tokens: int,
+    settings: Settings,
+    device: Device,
+    query_len: int = 1,
+    extra_layers: int = 0,
+    cases: int = 1,
 ) -> float:
+    """``extra_layers``: a drafter's layers captured with the target's sizes; ``cases``: the
+    LoRA capture cases (options.lora_graph_cases)."""
     if settings.enforce_eager or device.kind == "cpu" or not layers:
         return 0.0
-    graphs = 2 * len(_capture_sizes(seqs, tokens))  # piecewise + full decode graphs
-    return graphs * len(layers) * CUDA_GRAPH_MIB_PER_GRAPH_LAYER * MIB
+    graphs = 2 * len(_capture_sizes(seqs, tokens, query_len)) * cases  # piecewise + full decode graphs
+    return graphs * (len(layers) + extra_layers) * CUDA_GRAPH_MIB_PER_GRAPH_LAYER * MIB
 
 
 def _moe_parts(
@@ -1362,6 +1413,20 @@ def estimate(
     vision = _vision(spec, settings)
     loaded = vision is not None and tower_loaded(vision, settings.limit_mm_per_prompt)
     data_mode = vision is not None and settings.mm_encoder_tp_mode == "data" and vision.supports_encoder_tp_data
+    from vllm_fleet import options
+
+    sd = options.resolve_speculative(spec, settings)
+    lora_head = settings.enable_lora and spec.model_type in options.LORA_EMBEDDING_MODEL_TYPES
+    if lora_head and spec.vocab_size > options.LORA_MAX_VOCAB:
+        raise PlanError(
+            "--enable-lora",
+            f"vLLM's LoRA logits layer takes a vocabulary of at most {options.LORA_MAX_VOCAB:,}, "
+            f"{spec.name} has {spec.vocab_size:,}",
+            "serve it without LoRA",
+        )
+    query_len = options.decode_query_len(sd)
+    draft_tok = options.draft_kv_token_bytes(spec, sd, tp, kv_b) if sd and sd.draft_layers else 0
+    same_page = draft_tok == _kv_layer_bytes(spec, tp, kv_b, acct)
 
     stage_info: list[dict[str, Any]] = []
     start = 0
@@ -1385,6 +1450,19 @@ def estimate(
             spec, layers, tp, ep, tokens, quant, db, acct, moe, ratios.get("layer", 1.0), settings.enable_eplb
         )
         weights += moe_parts.get("weights.eplb_buffers_gib", 0.0) * GIB
+        extra: dict[str, float] = dict(moe_parts)
+        lora = options.lora_bytes(spec, layers, first, last, tp, ep, settings, db)
+        # The drafter lives on the last PP rank only (GPUModelRunner: is_last_rank).
+        draft = options.draft_weight_bytes(spec, sd, tp, ep, db, tokens) if sd and last else 0.0
+        offload = options.offloaded_bytes(settings, parts.layer * ratios.get("layer", 1.0))
+        weights += lora + draft - offload
+        if settings.enable_lora:
+            extra["weights.lora_gib"] = lora / GIB
+        if sd is not None:
+            extra["weights.draft_gib"] = draft / GIB
+        if settings.cpu_offload_gb:
+            extra["weights.cpu_offloaded_gib"] = offload / GIB
+        draft_kv = sd.draft_layers if sd and last else 0
         act = _activation_bytes(spec, layers, last, tp, ep, tokens, min(seqs, tokens), db, acct, moe)
         profile: EncoderProfile | None = None
         if vision is not None and loaded and not settings.skip_mm_profiling and acct.engine == "v1":
@@ -1403,13 +1481,21 @@ def estimate(
                 # through the LM dummy forward and the dummy sampler.
                 act = max(profile.peak_bytes, profile.cache_bytes + act)
         nt_in, nt_out = _non_torch_bytes(tp, pp, dev, acct, nvlink, moe)
-        graphs = _cuda_graph_bytes(spec, layers, seqs, tokens, settings, dev)
+        graphs = _cuda_graph_bytes(
+            spec, layers, seqs, tokens, settings, dev, query_len, draft_kv, options.lora_graph_cases(settings)
+        )
         budget = dev.total_gib * GIB * settings.gpu_memory_utilization
         available = budget - weights - act - nt_in - (graphs if acct.graphs_in_budget else 0.0)
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
-        layout = _kv_layout(spec, layers, tp, kv_b, block, acct)
+        layout = _kv_layout(spec, layers, tp, kv_b, block, acct, draft_layers=draft_kv if same_page else 0)
         per_block = layout.page_bytes * layout.group_size
+        if draft_kv and not same_page:
+            # A draft with another page size: one group of UniformTypeKVCacheSpecs, whose block
+            # is the sum of every layer's page (exact for one group, approximate for hybrids).
+            per_block += draft_kv * draft_tok * block
+        if sd is not None:
+            extra["kv.draft_layers"] = float(draft_kv)
         blocks = int(available // per_block) if available > 0 and per_block else 0
         stage_info.append(
             {
@@ -1425,7 +1511,8 @@ def estimate(
                 "per_block": per_block,
                 "blocks": blocks,
                 "device": dev,
-                "parts": moe_parts,
+                "parts": extra,
+                "draft_tok_bytes": draft_kv * draft_tok,
                 "vision": parts.vision if vision is not None else 0.0,
                 "profile": profile,
             }
@@ -1441,7 +1528,7 @@ def estimate(
     ranks: list[RankMemory] = []
     for stage, info in enumerate(stage_info):
         layout = info["layout"]
-        tok_bytes = int(layout.page_bytes // block * len(info["layers"]))
+        tok_bytes = int(layout.page_bytes // block * len(info["layers"])) + info["draft_tok_bytes"]
         for tp_rank in range(tp):
             dev = info["device"]
             ranks.append(
@@ -1490,16 +1577,34 @@ def estimate(
             needed = info["budget"] + info["nt_out"]
             free = (dev.free_gib if dev.free_gib is not None else dev.total_gib) * GIB
             if needed > free:
+                # request_memory (v1/worker/utils.py): vLLM refuses to start when the free memory
+                # is below total x gpu_memory_utilization.
                 fits = False
+                most = math.floor((free - info["nt_out"]) / (dev.total_gib * GIB) * 100) / 100
                 reason = (
                     f"gpu_memory_utilization {settings.gpu_memory_utilization} asks for "
                     f"{info['budget'] / GIB:.2f} GiB but only {(free - info['nt_out']) / GIB:.2f} GiB is free after "
                     f"the CUDA context and NCCL ({info['nt_out'] / GIB:.2f} GiB); lower it"
+                    + (f" to {most:g} or less" if most > 0 else "")
+                    + " or free the GPU (vLLM refuses to start: 'Free memory on device')"
                 )
                 break
-    assumptions = _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode) if vision is not None else []
+            if settings.kv_cache_memory_bytes is not None:
+                # Worker.determine_available_memory returns kv_cache_memory_bytes as it is
+                # (no profiling-based sizing): the pool must fit next to what the profile run holds.
+                used = info["weights"] + info["act"] + info["nt"] + info["graphs"] + num_blocks * info["per_block"]
+                if used + info["nt_out"] > free:
+                    fits = False
+                    reason = (
+                        f"kv_cache_memory_bytes {settings.kv_cache_memory_bytes:,} with the weights and overheads "
+                        f"needs {(used + info['nt_out']) / GIB:.2f} GiB, {free / GIB:.2f} GiB is free "
+                        "(vLLM skips profiling-based sizing and runs out of memory); lower it"
+                    )
+                    break
+    mm_assumptions = _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode) if vision is not None else []
     if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
         notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")
+    assumptions = options.assumptions(spec, settings, sd)
     return Estimate(
         model=spec.name,
         device=device.name,
@@ -1526,6 +1631,7 @@ def estimate(
         reason=reason,
         vllm_version=settings.vllm_version,
         notes=notes,
-        assumptions=_moe_assumptions(spec, settings, moe, tokens, nvlink, smallest) + assumptions,
+        assumptions=_moe_assumptions(spec, settings, moe, tokens, nvlink, smallest) + mm_assumptions + assumptions,
         mm_serve_args=_mm_serve_args(settings) if spec.vision is not None or spec.vision_params else [],
+        option_args=options.serve_args(settings),
     )

@@ -165,6 +165,11 @@ class ModelSpec:
     # The folder's other JSON files as (name, text), for the quantization config files a
     # --quantization method reads when config.json has none (quantize_config.json...).
     json_files: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # Speculative decoding: the MTP modules the checkpoint carries (num_nextn_predict_layers,
+    # or mtp_num_hidden_layers: what SpeculativeConfig.hf_config_override makes n_predict)
+    # and an EAGLE-3 draft's own vocabulary (draft_vocab_size, 0: the target's).
+    mtp_layers: int = field(default=0, compare=False)
+    draft_vocab_size: int = field(default=0, compare=False)
 
     @property
     def serve_max_model_len(self) -> int:
@@ -791,6 +796,9 @@ def _spec_from_config(
         quant_method=quant_method,
         quant_config=quant_config,
         config_model_type=str(top.get("model_type") or model_type),
+        mtp_layers=_int(cfg, source, "num_nextn_predict_layers", maximum=1 << 10)
+        or _int(cfg, source, "mtp_num_hidden_layers", maximum=1 << 10),
+        draft_vocab_size=_int(cfg, source, "draft_vocab_size", maximum=1 << 24),
     )
 
 

@@ -73,7 +73,7 @@ def vllm_args(
     if est.enforce_eager:
         args.append("--enforce-eager")
     args += est.mm_serve_args
-    return args
+    return args + est.option_args
 
 
 def instance_env(est: Estimate, partition_is_custom: bool) -> dict[str, str]:

@@ -97,6 +97,17 @@ class Wishes:
     mm_max_pixels: int | None = None
     skip_mm_profiling: bool = False
     mm_encoder_tp_mode: str = "weights"
+    # Options whose memory the planner models and whose flags the plan renders
+    # (memory.Settings has their meaning; vllm_fleet/options.py their memory).
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None
+    lora_dtype: str = "auto"
+    fully_sharded_loras: bool = False
+    speculative_config: Mapping[str, Any] | None = None
+    draft_spec: ModelSpec | None = None
+    cpu_offload_gb: float = 0.0
 
     def allows(self, strategy: str) -> bool:
         allowed = self.strategies or ALL_STRATEGIES
@@ -202,6 +213,15 @@ class _Planner:
             mm_max_pixels=w.mm_max_pixels,
             skip_mm_profiling=w.skip_mm_profiling,
             mm_encoder_tp_mode=w.mm_encoder_tp_mode,
+            enable_lora=w.enable_lora,
+            max_loras=w.max_loras,
+            max_lora_rank=w.max_lora_rank,
+            max_cpu_loras=w.max_cpu_loras,
+            lora_dtype=w.lora_dtype,
+            fully_sharded_loras=w.fully_sharded_loras,
+            speculative_config=dict(w.speculative_config) if w.speculative_config is not None else None,
+            draft_spec=w.draft_spec,
+            cpu_offload_gb=w.cpu_offload_gb,
         )
 
     def _estimate(
@@ -586,6 +606,17 @@ class _Planner:
                     "model",
                     f"no layout of {self.spec.name} honours {asked[0]} on these nodes{asked[1]}",
                     "drop it and let the planner choose",
+                )
+            free = [r for r in self.rejected if "is free after" in r["reason"]]
+            if free and not any("exceed" in r["reason"] or "KV cache holds" in r["reason"] for r in self.rejected):
+                # Every layout that fits in memory is refused by vLLM's request_memory: the GPUs'
+                # free memory (gpu_facts, or the inventory's gpu_free_gib) is below the budget.
+                # The layout with the fewest GPUs per stage needs the least NCCL memory beside the budget.
+                least = min(free, key=lambda r: r["tensor_parallel_size"] * r["pipeline_parallel_size"])
+                raise NothingFitsError(
+                    "gpu_memory_utilization",
+                    f"no layout of {self.spec.name} starts on these GPUs: {least['layout']}: {least['reason']}",
+                    "lower gpu_memory_utilization as said, or stop what else holds the GPUs' memory (nvidia-smi)",
                 )
             raise NothingFitsError("model", self._nothing_fits(), self._what_would_fit())
         target = self.wishes.target_concurrency
