@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -138,6 +139,16 @@ class Accounting:
     # 0.32's fused MoE: workspaces for all the tokens of the call (no VLLM_FUSED_MOE_CHUNK_SIZE),
     # shaped as TritonExperts.workspace_shapes; older releases keep the planner's chunked rule.
     moe_unchunked: bool = False
+    # Sliding-window groups reserve max_in_flight_tokens (async scheduling's batches in
+    # flight) rather than one batch (0.32's SlidingWindowSpec; when this came in is not pinned).
+    in_flight_batches: bool = False
+    # "GPU KV cache size" = int(max_concurrency x max_model_len) (get_kv_cache_capacity);
+    # before: num_blocks // len(groups) x min block size. vLLM 0.19 still printed the old
+    # figure (vllm issue 40691); 0.21 is taken as the first release with the new one.
+    tokens_from_concurrency: bool = True
+    # get_kv_cache_configs checks a request against available memory less one block (the
+    # null block BlockPool holds back), as 0.32 does.
+    null_block_reserved: bool = False
 
     @classmethod
     def for_version(cls, version: str, engine: str | None = None) -> Accounting:
@@ -152,6 +163,9 @@ class Accounting:
             mla_align_bytes=256 if eng == "v0" else 0,
             mla_absorbed_qo=eng == "v0" and rel == (0, 7),
             moe_unchunked=rel >= (0, 32) and eng == "v1",
+            in_flight_batches=rel >= (0, 32),
+            tokens_from_concurrency=rel >= (0, 21),
+            null_block_reserved=rel >= (0, 32),
         )
 
 
@@ -719,7 +733,9 @@ def _attention_bytes(spec: ModelSpec, tp: int, quant: QuantSpec | None, db: floa
     kv_r = max(1.0, spec.num_kv_heads / tp)
     q_out = heads_r * hd
     kv_out = 2 * kv_r * hd
-    total = _linear(h * (q_out + kv_out), quant, db) + _linear(q_out * h, quant, db)
+    # Qwen3-Next's gated attention projects a gate next to every query head (attn_output_gate).
+    gate = q_out if spec.model_type == "qwen3_next" else 0.0
+    total = _linear(h * (q_out + gate + kv_out), quant, db) + _linear(q_out * h, quant, db)
     if spec.attention_bias:
         total += (q_out + kv_out) * db
     if spec.qk_norm:
@@ -749,7 +765,9 @@ def _routed_expert_bytes(
         # (mxfp4_round_up_hidden_size_and_intermediate_size).
         h = _ceil_div(h, 256) * 256
         inter = _ceil_div(_ceil_div(inter, shard), 128) * 128 * shard
-    total = _linear(local * 3 * h * inter / shard, quant, db, expert=True)
+    # Nemotron-H's experts are not gated (relu^2): up and down projections only.
+    mats = 2 if spec.model_type == "nemotron_h" else 3
+    total = _linear(local * mats * h * inter / shard, quant, db, expert=True)
     if spec.model_type == "gpt_oss":
         total += local * (3 * inter / shard) * db  # expert biases
     return total
@@ -765,19 +783,75 @@ def _mlp_bytes(
     moe: MoeParallel | None = None,
 ) -> float:
     h = spec.hidden_size
+    # Nemotron-H's MLPs are not gated (relu^2): up and down projections only.
+    mats = 2 if spec.model_type == "nemotron_h" else 3
     if not spec.is_moe_layer(index):
-        return _linear(3 * h * spec.intermediate_size / tp, quant, db)
+        return _linear(mats * h * spec.intermediate_size / tp, quant, db)
     experts = spec.num_experts
     router = h * experts * db  # router, unquantized and replicated (logical experts only)
     total = _routed_expert_bytes(spec, tp, ep, quant, db, moe)
     total += router
-    if spec.model_type.startswith("deepseek"):
+    if spec.model_type.startswith("deepseek") or spec.model_type == "nemotron_h":
         total += experts * 4  # e_score_correction_bias, fp32
     if spec.num_shared_experts:
-        total += _linear(3 * h * spec.shared_expert_intermediate_size / tp, quant, db)
-        if spec.model_type.startswith("qwen2_moe"):
+        total += _linear(mats * h * spec.shared_expert_intermediate_size / tp, quant, db)
+        if spec.model_type.startswith("qwen2_moe") or spec.model_type == "qwen3_next":
             total += h * db  # shared expert gate
     return total
+
+
+def _mixer_bytes(spec: ModelSpec, tp: int, quant: QuantSpec | None, db: float) -> float:
+    """One mamba-type mixer on one rank, parameter by parameter as vLLM builds it."""
+    h = spec.hidden_size
+    if spec.linear_num_value_heads:
+        # Qwen3-Next GatedDeltaNet (qwen_gdn_linear_attn.py): in_proj_qkvz, in_proj_ba,
+        # conv1d (unquantized), dt_bias, A_log (fp32), RMSNormGated(head_v_dim), out_proj.
+        k = spec.linear_key_head_dim * spec.linear_num_key_heads
+        v = spec.linear_value_head_dim * spec.linear_num_value_heads
+        heads = spec.linear_num_value_heads / tp
+        total = _linear(h * (2 * k + 2 * v) / tp, quant, db) + _linear(h * 2 * heads, quant, db)
+        total += (2 * k + v) / tp * spec.linear_conv_kernel_dim * db
+        total += heads * db + heads * 4 + spec.linear_value_head_dim * db
+        return total + _linear(v / tp * h, quant, db)
+    inner, state, conv = spec.mamba_intermediate, spec.mamba_d_state, spec.mamba_d_conv
+    if spec.mamba_version == 1:
+        # MambaMixer (Jamba): no quant_config, so every projection is in the model dtype.
+        rank = spec.mamba_dt_rank
+        n = (
+            h * 2 * inner  # in_proj
+            + inner * (rank + 2 * state)  # x_proj
+            + rank * inner
+            + inner  # dt_proj + bias
+            + inner * conv
+            + (inner if spec.mamba_conv_bias else 0)  # conv1d
+            + inner  # D
+            + inner * h  # out_proj
+        ) / tp
+        return n * db + inner / tp * state * 4 + (rank + 2 * state) * db  # A (fp32), dt/B/C norms
+    # MambaMixer2: groups are replicated to follow the head shards when TP does not divide them.
+    groups = spec.mamba_n_groups + (0 if spec.mamba_n_groups % tp == 0 else tp - spec.mamba_n_groups)
+    conv_dim = inner + 2 * groups * state
+    heads = spec.mamba_n_heads
+    proj_out = (inner + conv_dim + heads) / tp
+    total = _linear(h * proj_out, quant, db) + _linear(inner / tp * h, quant, db)  # in_proj, out_proj
+    if spec.mamba_proj_bias:
+        total += (proj_out + h) * db
+    total += conv_dim / tp * conv * db + (conv_dim / tp * db if spec.mamba_conv_bias else 0.0)  # conv1d
+    total += heads / tp * 4 + 2 * heads / tp * db  # A (fp32), D, dt_bias
+    if spec.model_type == "falcon_h1":
+        # FalconH1SSMDecoderLayer's mup_vector buffer: one multiplier per in_proj output.
+        total += (2 * inner + 2 * spec.mamba_n_groups * state + heads) / tp * db
+    return total + (inner / tp * db if spec.mamba_rms_norm else 0.0)  # gated RMS norm
+
+
+def _indexer_weight_bytes(spec: ModelSpec, quant: QuantSpec | None, db: float) -> float:
+    """DeepSeek V3.2's Indexer (deepseek_v2.py), replicated on every rank: wq_b
+    (quantized), the fused wk + weights_proj (unquantized) and k_norm (fp32 LayerNorm)."""
+    if not spec.index_topk:
+        return 0.0
+    hd, heads = spec.index_head_dim, spec.index_n_heads
+    wq_b = _linear(spec.q_lora_rank * heads * hd, quant, db)
+    return wq_b + spec.hidden_size * (hd + heads) * db + 2 * hd * 4
 
 
 def _layer_bytes(
@@ -793,7 +867,16 @@ def _layer_bytes(
     norms = 2 * spec.hidden_size * db
     if spec.model_type.startswith("gemma2") or spec.model_type.startswith("gemma3"):
         norms *= 2  # pre/post norms around attention and MLP
-    return _attention_bytes(spec, tp, quant, db, acct) + _mlp_bytes(spec, index, tp, ep, quant, db, moe) + norms
+    if spec.model_type == "nemotron_h":
+        norms /= 2  # one mixer (or MLP) and one norm per block
+    total = norms + _indexer_weight_bytes(spec, quant, db)
+    if spec.has_attention(index) or not spec.is_hybrid:
+        total += _attention_bytes(spec, tp, quant, db, acct)
+    if spec.has_mamba(index):
+        total += _mixer_bytes(spec, tp, quant, db)
+    if spec.has_mlp(index):
+        total += _mlp_bytes(spec, index, tp, ep, quant, db, moe)
+    return total
 
 
 def _vocab_rows(spec: ModelSpec, tp: int) -> int:
@@ -826,7 +909,7 @@ def _stage_parts(
             parts.head += _linear(rows * spec.hidden_size, head_q, db)
     parts.layer = sum(_layer_bytes(spec, i, tp, ep, quant, db, acct, moe) for i in layers)
     # Rotary cos/sin cache: max_position x rotary_dim in the model dtype.
-    if layers:
+    if layers and spec.rotary:
         parts.other = spec.max_position_embeddings * (spec.rope_dim or spec.head_dim) * db
     return parts
 
@@ -859,69 +942,287 @@ def _file_ratios(spec: ModelSpec, quant: QuantSpec | None, db: float) -> dict[st
 
 
 def _kv_layer_bytes(spec: ModelSpec, tp: int, kv_b: float, acct: Accounting) -> int:
-    """Bytes one token takes in one layer's cache on one rank."""
+    """Bytes one token takes in one layer's cache on one rank (DeepSeek V3.2: the MLA
+    latent and the indexer's key cache, which vLLM keeps in one group)."""
     if spec.is_mla:
         size = int((spec.kv_lora_rank + spec.qk_rope_head_dim) * kv_b)
+        if spec.index_topk and kv_b == 1:
+            # FLASHMLA_SPARSE serves every quantized dtype as fp8_ds_mla
+            # (_canonicalize_sparse_mla_kv_cache_dtype): 656 bytes per token
+            # (MLAAttentionSpec state_content_bytes).
+            size = FP8_DS_MLA_BYTES
         if acct.mla_align_bytes:
             size = _ceil_div(size, acct.mla_align_bytes) * acct.mla_align_bytes
-        return size
+        return size + _indexer_bytes_per_token(spec)
     kv_r = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
     return int(2 * kv_r * spec.head_dim * kv_b)
 
 
+# DeepSeek V3.2's fp8_ds_mla row: 512 fp8 latent + 4 fp32 scales + 64 bf16 RoPE dims.
+FP8_DS_MLA_BYTES = 656
+# Indexer keys are fp8 with one fp32 scale per 128 elements (Indexer.quant_block_size).
+INDEXER_QUANT_BLOCK = 128
+# FlashAttention's kernel block sizes are MultipleOf(16) (get_supported_kernel_block_sizes):
+# the alignment of a hybrid model's attention block; MLA backends need 128.
+ATTN_KERNEL_ALIGN = 16
+MLA_HYBRID_ALIGN = 128
+
+
+def _indexer_bytes_per_token(spec: ModelSpec) -> int:
+    """DeepseekV32IndexerCache: MLAAttentionSpec(num_kv_heads=1, uint8, head_size =
+    index_head_dim + index_head_dim // 128 * 4), replicated on every TP rank."""
+    if not spec.index_topk:
+        return 0
+    return spec.index_head_dim + spec.index_head_dim // INDEXER_QUANT_BLOCK * 4
+
+
+def _mamba_state(spec: ModelSpec, tp: int, db: float) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
+    """(shapes, bytes per element) of one mamba-type layer's state on one rank, as vLLM's
+    ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator`` give them (conv state
+    in the "SD" layout; mamba_cache_dtype auto = the model dtype; the SSM state in
+    mamba_ssm_cache_dtype, float32 for Nemotron-H by NemotronHForCausalLMConfig)."""
+    ssm_b = DTYPE_BYTES.get(spec.mamba_ssm_cache_dtype, db) if spec.mamba_ssm_cache_dtype else db
+    if spec.linear_num_value_heads:  # gated_delta_net_state_shape
+        conv_dim = 2 * spec.linear_key_head_dim * spec.linear_num_key_heads
+        conv_dim += spec.linear_value_head_dim * spec.linear_num_value_heads
+        conv = (spec.linear_conv_kernel_dim - 1, conv_dim // tp)
+        ssm: tuple[int, ...] = (spec.linear_num_value_heads // tp, spec.linear_value_head_dim, spec.linear_key_head_dim)
+        return (conv, ssm), (db, ssm_b)
+    if spec.mamba_version == 1:  # mamba1_state_shape
+        inner = spec.mamba_intermediate // tp
+        return ((spec.mamba_d_conv - 1, inner), (inner, spec.mamba_d_state)), (db, ssm_b)
+    groups = spec.mamba_n_groups + (0 if spec.mamba_n_groups % tp == 0 else tp - spec.mamba_n_groups)
+    conv_dim = spec.mamba_intermediate + 2 * groups * spec.mamba_d_state  # mamba2_state_shape
+    conv = (spec.mamba_d_conv - 1, conv_dim // tp)
+    ssm = (spec.mamba_n_heads // tp, spec.mamba_head_dim, spec.mamba_d_state)
+    return (conv, ssm), (db, ssm_b)
+
+
+def _mamba_state_bytes(spec: ModelSpec, tp: int, db: float) -> int:
+    """MambaSpec.page_size_bytes before padding: one sequence's state in one layer."""
+    shapes, sizes = _mamba_state(spec, tp, db)
+    return int(sum(math.prod(shape) * size for shape, size in zip(shapes, sizes, strict=True)))
+
+
+@dataclass(frozen=True)
+class _KvGroup:
+    """One KV cache group (KVCacheGroupSpec): layers sharing a block table."""
+
+    kind: str  # "full", "sliding" or "mamba"
+    layers: tuple[int, ...]
+    page_bytes: int  # one block of one layer (after the page sizes are unified)
+    block: int  # tokens per block
+    window: int = 0
+
+
 @dataclass(frozen=True)
 class _KvLayout:
-    """The KV pool of one rank: groups of layers sharing block tables."""
+    """The whole model's KV cache groups (vLLM groups the merged specs of all ranks)."""
 
-    group_size: int  # layers per group = tensors the pool is split into
-    groups: list[str]  # attention type of each group
-    page_bytes: int  # bytes of one block in one layer
-    window: int
+    groups: tuple[_KvGroup, ...]
+    block: int  # the attention block size (hybrid mamba models: aligned to the mamba page)
+    token_bytes: int  # attention bytes per token and layer
+    mamba_state_bytes: int = 0  # per sequence and mamba layer, unpadded
+    mamba_mode: str = "none"
+    in_flight: int = 0  # vLLM's max_in_flight_tokens
+
+    def bytes_per_block(self, layers: list[int]) -> int:
+        """``_get_kv_cache_bytes_per_block`` on one rank: the largest group's pages."""
+        here = set(layers)
+        return max((sum(g.page_bytes for i in g.layers if i in here) for g in self.groups), default=0)
+
+    def blocks_per_request(self, length: int, acct: Accounting) -> int:
+        """``get_max_concurrency_for_kv_cache_config``: the sum over groups of
+        cdiv(max_memory_usage_bytes, page_size_bytes) for a request of ``length`` tokens."""
+        total = 0
+        for g in self.groups:
+            if g.kind == "mamba":
+                # MambaSpec.max_memory_usage_bytes: 2 blocks in "align" mode, else 1.
+                total += 2 if self.mamba_mode == "align" else 1
+            elif g.kind == "sliding" and g.window:
+                # SlidingWindowSpec.max_admission_blocks_per_request.
+                total += _ceil_div(min(g.window - 1 + self.in_flight, length), g.block) + 1
+            else:
+                total += _ceil_div(length, g.block)
+        return total
+
+    def attention_layers(self, layers: list[int]) -> int:
+        here = set(layers)
+        return sum(1 for g in self.groups if g.kind != "mamba" for i in g.layers if i in here)
+
+
+def _attention_block(spec: ModelSpec, token_bytes: int, mamba_page: int, block: int) -> int:
+    """``Platform._align_hybrid_block_size``: the smallest attention block (a multiple of
+    the kernel block, at least ``block``) whose page holds one mamba state."""
+    align = max(ATTN_KERNEL_ALIGN, block)
+    if spec.is_mla:
+        align = max(align, MLA_HYBRID_ALIGN)
+    size = align * _ceil_div(mamba_page, align * token_bytes)
+    size = ATTN_KERNEL_ALIGN * _ceil_div(size, ATTN_KERNEL_ALIGN)
+    return max(block, size)
+
+
+def _group_layers(buckets: dict[tuple[str, int], list[int]]) -> list[tuple[str, int, tuple[int, ...]]]:
+    """``_get_kv_cache_groups_uniform_page_size``: split each bucket of same-spec layers
+    into groups of the same size (the smallest bucket; the largest when it is below 1.5x
+    the smallest), layers[i::n] to the i-th of a bucket's n groups."""
+    sizes = [len(v) for v in buckets.values()]
+    group_size = min(sizes)
+    if max(sizes) < group_size * 1.5:
+        group_size = max(sizes)
+    out: list[tuple[str, int, tuple[int, ...]]] = []
+    for (kind, window), layers in buckets.items():
+        n = _ceil_div(len(layers), group_size)
+        out += [(kind, window, tuple(layers[i::n])) for i in range(n)]
+    return out
 
 
 def _kv_layout(
     spec: ModelSpec,
-    layers: list[int],
     tp: int,
     kv_b: float,
     block: int,
     acct: Accounting,
+    db: float,
+    settings: Settings,
+    tokens: int,
+    mml: int,
+    device_kind: str,
     draft_layers: int = 0,
 ) -> _KvLayout:
-    """``draft_layers``: full-attention layers of a speculative drafter with the target's
-    page size (MTP modules) that join this rank's pool (their KV specs are in the runner's
-    ``get_kv_cache_spec`` with the target's)."""
-    per_token = _kv_layer_bytes(spec, tp, kv_b, acct)
-    types = [spec.layer_type(i) for i in layers] + ["full"] * draft_layers
-    counts = {t: types.count(t) for t in set(types)}
-    if acct.engine == "v0" or len(counts) == 1:
-        # One group: every layer keeps the whole sequence (V0 ignored windows
-        # when sizing, and uniform models have one group anyway).
-        only = next(iter(counts)) if len(counts) == 1 else "full"
-        return _KvLayout(len(types), [only], per_token * block, spec.sliding_window)
-    group_size = min(counts.values())
-    groups: list[str] = []
-    for kind in sorted(counts):
-        groups += [kind] * _ceil_div(counts[kind], group_size)
-    return _KvLayout(group_size, groups, per_token * block, spec.sliding_window)
+    """The KV cache groups of the whole model (``get_kv_cache_groups``): one group when
+    every layer has the same spec; otherwise one bucket per spec (full attention,
+    each sliding window, mamba) split into equal groups. ``draft_layers``: full-attention
+    layers of a speculative drafter with the target's page size (MTP modules), numbered
+    after the target's layers; they join the last stage's pool (the runner's
+    ``get_kv_cache_spec`` lists them with the target's)."""
+    token_bytes = _kv_layer_bytes(spec, tp, kv_b, acct)
+    all_layers = list(range(spec.num_layers))
+    drafts = list(range(spec.num_layers, spec.num_layers + draft_layers))
+    in_flight = tokens * _in_flight_batches(acct, settings.pipeline_parallel_size, device_kind)
+    mamba_layers = [i for i in all_layers if spec.has_mamba(i)] if acct.engine == "v1" else []
+    attn_layers = [i for i in all_layers if spec.has_attention(i) or not spec.is_hybrid]
+    state = _mamba_state_bytes(spec, tp, db) if mamba_layers else 0
+    # Prefix caching is vLLM's default (None here).
+    mode = "none" if settings.enable_prefix_caching is False else "align"
+    if mamba_layers and attn_layers:
+        block = _attention_block(spec, token_bytes, state, block)
+    page = token_bytes * block
+    if mamba_layers and not attn_layers:
+        page = state
+    if acct.engine == "v0" or not mamba_layers:
+        kinds = {spec.layer_type(i) for i in attn_layers} | ({"full"} if drafts else set())
+        if acct.engine == "v0" or len(kinds) == 1:
+            # One group: every layer keeps the whole sequence (V0 ignored windows when
+            # sizing; a uniform model has one group anyway).
+            only = "full" if acct.engine == "v0" else next(iter(kinds))
+            window = spec.sliding_window if only == "sliding" else 0
+            group = _KvGroup(only, tuple(attn_layers + drafts), page, block, window)
+            return _KvLayout((group,), block, token_bytes, in_flight=in_flight)
+    buckets: dict[tuple[str, int], list[int]] = {}
+    for i in all_layers:
+        if spec.has_attention(i) or not spec.is_hybrid:
+            kind = "sliding" if spec.layer_type(i) == "sliding" and spec.sliding_window else "full"
+            buckets.setdefault((kind, spec.sliding_window if kind == "sliding" else 0), []).append(i)
+    if drafts:
+        buckets.setdefault(("full", 0), []).extend(drafts)
+    for i in mamba_layers:
+        buckets.setdefault(("mamba", 0), []).append(i)
+    mamba_block = block if mode == "align" else mml
+    groups = tuple(
+        _KvGroup(kind, layers, page, mamba_block if kind == "mamba" else block, window)
+        for kind, window, layers in _group_layers(buckets)
+    )
+    return _KvLayout(groups, block, token_bytes, state, mode, in_flight)
 
 
-def _blocks_per_request(layout: _KvLayout, length: int, block: int, mbt: int) -> int:
-    total = 0
-    for kind in layout.groups:
-        if kind == "sliding" and layout.window:
-            tokens = min(layout.window - 1 + mbt, length)
-            total += _ceil_div(tokens, block) + 1
-        else:
-            total += _ceil_div(length, block)
-    return total
+def _kv_parts(
+    spec: ModelSpec, layout: _KvLayout, tp: int, acct: Accounting
+) -> tuple[Callable[[list[int]], dict[str, float]], list[str]]:
+    """The KV parts of a rank (``kv.*_bytes``) and one assumptions line each, for the
+    models whose cache is more than one group of full attention."""
+    lines: list[str] = []
+    kinds = [g.kind for g in layout.groups]
+    hybrid = len(layout.groups) > 1
+    if hybrid:
+        shown = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+        lines.append(
+            f"KV groups: {len(layout.groups)} ({shown}) of up to {max(len(g.layers) for g in layout.groups)} layers, "
+            "sharing one block pool (get_kv_cache_groups); a request holds blocks in every group"
+        )
+    if any(g.kind == "sliding" for g in layout.groups):
+        lines.append(
+            f"sliding window {spec.sliding_window}: a request keeps window - 1 + {layout.in_flight:,} in-flight tokens "
+            "(+1 block) per sliding group (SlidingWindowSpec.max_admission_blocks_per_request)"
+        )
+    if layout.mamba_state_bytes:
+        lines.append(
+            f"mamba state: {layout.mamba_state_bytes:,} bytes per sequence and layer on each rank (TP={tp}), padded "
+            f"to the attention page; attention block {layout.block} tokens (Platform._align_hybrid_block_size); "
+            f"mamba_cache_mode {layout.mamba_mode}: {2 if layout.mamba_mode == 'align' else 1} block(s) per request "
+            "per mamba group"
+        )
+    if layout.mamba_state_bytes:
+        lines.append(
+            "mamba-type mixers: weights parameter by parameter (MambaMixer / MambaMixer2 / GatedDeltaNet); their "
+            "activation peak approximated by the in_proj and gated outputs of one forward pass"
+        )
+    if spec.index_topk:
+        lines.append(
+            f"DeepSeek V3.2 indexer: {_indexer_bytes_per_token(spec)} bytes per token and layer (fp8 keys + fp32 "
+            "scales, DeepseekV32IndexerCache) in the MLA group, on every rank; its weights replicated and the "
+            "int32 top-k index buffer (max_num_batched_tokens x index_topk) counted with the weights"
+        )
+
+    def parts(layers: list[int]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if hybrid:
+            out["kv.groups"] = len(layout.groups)
+            out["kv.page_bytes"] = layout.groups[0].page_bytes
+        if layout.mamba_state_bytes:
+            mamba = sum(1 for g in layout.groups if g.kind == "mamba" for i in g.layers if i in set(layers))
+            out["kv.ssm_state_bytes_per_seq"] = layout.mamba_state_bytes * mamba
+            out["kv.attention_block_size"] = layout.block
+        if spec.index_topk:
+            out["kv.indexer_bytes_per_token"] = _indexer_bytes_per_token(spec) * layout.attention_layers(layers)
+        return out
+
+    return parts, lines
 
 
-def _max_len_fit(layout: _KvLayout, blocks: int, block: int, mbt: int, cap: int) -> int:
+def _in_flight_batches(acct: Accounting, pp: int, device_kind: str) -> int:
+    """``VllmConfig.max_concurrent_batches`` (max_in_flight_tokens = it x
+    max_num_batched_tokens): async scheduling is on by default and Model Runner V2 keeps
+    pp + 1 batches in flight; the CPU build runs the V1 runner (2 batches, none beyond PP
+    with PP, where async scheduling is off). Releases before the current accounting
+    reserved one batch (the planner's rule for them)."""
+    if not acct.in_flight_batches:
+        return 1
+    if device_kind == "cpu":
+        return 2 if pp == 1 else pp
+    return pp + 1
+
+
+def _reported_tokens(layout: _KvLayout, num_blocks: int, conc: float, mml: int, acct: Accounting) -> int:
+    """The "GPU KV cache size: N tokens" line: int(max_concurrency x max_model_len)
+    (``get_kv_cache_capacity``); releases before 0.21 printed num_blocks // groups x the
+    smallest block size (``_report_kv_cache_config``), which is what hybrid logs of those
+    releases show. V0 printed num_blocks x block_size."""
+    if acct.engine == "v0":
+        return num_blocks * layout.block
+    if not acct.tokens_from_concurrency:
+        return num_blocks // max(len(layout.groups), 1) * min(g.block for g in layout.groups)
+    return int(conc * mml)
+
+
+def _max_len_fit(layout: _KvLayout, blocks: int, cap: int, acct: Accounting) -> int:
+    """``_estimate_max_model_len_from_groups``: the largest length whose blocks fit, the
+    null block held back (0.32: the check plans against available - one block)."""
+    usable = blocks - (1 if acct.null_block_reserved else 0)
     lo, hi = 0, cap
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _blocks_per_request(layout, mid, block, mbt) <= blocks:
+        if layout.blocks_per_request(mid, acct) <= usable:
             lo = mid
         else:
             hi = mid - 1
@@ -1009,6 +1310,17 @@ def _activation_bytes(
     else:
         kv_r = max(1.0, spec.num_kv_heads / tp)
         attn = tokens * (2 * heads_r + 2 * kv_r) * spec.head_dim * db
+    if any(spec.has_mamba(i) for i in layers):
+        # Approximation: a mamba-type mixer's peak taken as its in_proj output plus its
+        # gated output (the SSM / delta-rule kernels' own scratch is not modelled).
+        if spec.linear_num_value_heads:
+            k = spec.linear_key_head_dim * spec.linear_num_key_heads
+            v = spec.linear_value_head_dim * spec.linear_num_value_heads
+            width = (2 * k + 3 * v + 2 * spec.linear_num_value_heads) / tp
+        else:
+            width = (3 * spec.mamba_intermediate + 2 * spec.mamba_n_groups * spec.mamba_d_state) / tp
+            width += spec.mamba_n_heads / tp
+        attn = max(attn, tokens * width * db)
     forward = residual + max(mlp, attn)
     if not last:
         return forward
@@ -1427,6 +1739,10 @@ def estimate(
     query_len = options.decode_query_len(sd)
     draft_tok = options.draft_kv_token_bytes(spec, sd, tp, kv_b) if sd and sd.draft_layers else 0
     same_page = draft_tok == _kv_layer_bytes(spec, tp, kv_b, acct)
+    pooled_drafts = sd.draft_layers if sd and sd.draft_layers and same_page else 0
+    layout = _kv_layout(spec, tp, kv_b, block, acct, db, settings, tokens, mml, smallest.kind, pooled_drafts)
+    block = layout.block
+    draft_ids = list(range(spec.num_layers, spec.num_layers + pooled_drafts))
 
     stage_info: list[dict[str, Any]] = []
     start = 0
@@ -1463,6 +1779,9 @@ def estimate(
         if settings.cpu_offload_gb:
             extra["weights.cpu_offloaded_gib"] = offload / GIB
         draft_kv = sd.draft_layers if sd and last else 0
+        # DeepSeek V3.2: DeepseekV2Model allocates topk_indices_buffer (int32, max_num_batched_tokens
+        # x index_topk) with the weights, on every stage.
+        weights += tokens * spec.index_topk * 4
         act = _activation_bytes(spec, layers, last, tp, ep, tokens, min(seqs, tokens), db, acct, moe)
         profile: EncoderProfile | None = None
         if vision is not None and loaded and not settings.skip_mm_profiling and acct.engine == "v1":
@@ -1488,8 +1807,7 @@ def estimate(
         available = budget - weights - act - nt_in - (graphs if acct.graphs_in_budget else 0.0)
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
-        layout = _kv_layout(spec, layers, tp, kv_b, block, acct, draft_layers=draft_kv if same_page else 0)
-        per_block = layout.page_bytes * layout.group_size
+        per_block = layout.bytes_per_block(layers + (draft_ids if last else []))
         if draft_kv and not same_page:
             # A draft with another page size: one group of UniformTypeKVCacheSpecs, whose block
             # is the sum of every layer's page (exact for one group, approximate for hybrids).
@@ -1519,16 +1837,18 @@ def estimate(
         )
 
     num_blocks = min(s["blocks"] for s in stage_info)
-    # Requests need blocks in every stage's pool; stages share the block count.
-    need = max(_blocks_per_request(s["layout"], mml, block, tokens) for s in stage_info)
+    # Every stage projects the same global groups (get_kv_cache_configs), so a request
+    # needs the same blocks in each stage's pool; stages share the block count.
+    need = layout.blocks_per_request(mml, acct)
     conc = num_blocks / need if need else 0.0
-    kv_tokens = num_blocks * block if acct.engine == "v0" else int(conc * mml)
-    fit_len = min(_max_len_fit(s["layout"], num_blocks, block, tokens, mml_cap) for s in stage_info)
+    kv_tokens = _reported_tokens(layout, num_blocks, conc, mml, acct)
+    fit_len = min(_max_len_fit(layout, s["blocks"], mml_cap, acct) for s in stage_info)
+    reserve = 1 if acct.null_block_reserved else 0
+    kv_parts, kv_assumptions = _kv_parts(spec, layout, tp, acct)
 
     ranks: list[RankMemory] = []
     for stage, info in enumerate(stage_info):
-        layout = info["layout"]
-        tok_bytes = int(layout.page_bytes // block * len(info["layers"])) + info["draft_tok_bytes"]
+        tok_bytes = layout.token_bytes * layout.attention_layers(info["layers"]) + info["draft_tok_bytes"]
         for tp_rank in range(tp):
             dev = info["device"]
             ranks.append(
@@ -1549,7 +1869,11 @@ def estimate(
                     budget_gib=info["budget"] / GIB,
                     total_gib=dev.total_gib,
                     startup_overhead_gib=info["nt_out"] / GIB,
-                    parts={**info["parts"], **(_mm_parts(info) if vision is not None else {})},
+                    parts={
+                        **info["parts"],
+                        **(_mm_parts(info) if vision is not None else {}),
+                        **kv_parts(info["layers"]),
+                    },
                 )
             )
 
@@ -1562,12 +1886,13 @@ def estimate(
             f"{-worst['available'] / GIB:.2f} GiB (budget {worst['budget'] / GIB:.2f} GiB = "
             f"{worst['device'].total_gib:.2f} GiB x {settings.gpu_memory_utilization})"
         )
-    elif num_blocks < need:
+    elif num_blocks - reserve < need:
         fits = False
-        missing = max((need - num_blocks) * s["per_block"] for s in stage_info) / GIB
+        missing = max((need + reserve - num_blocks) * s["per_block"] for s in stage_info) / GIB
         reason = (
             f"the KV cache holds {kv_tokens} tokens but one request of max_model_len={mml} needs "
-            f"{need * block} ({missing:.2f} GiB more); the largest max_model_len that fits is {fit_len}"
+            + (f"{need * block}" if len(layout.groups) == 1 else f"{need} blocks of its {len(layout.groups)} groups")
+            + f" ({missing:.2f} GiB more); the largest max_model_len that fits is {fit_len}"
         )
     else:
         for info in stage_info:
@@ -1631,7 +1956,10 @@ def estimate(
         reason=reason,
         vllm_version=settings.vllm_version,
         notes=notes,
-        assumptions=_moe_assumptions(spec, settings, moe, tokens, nvlink, smallest) + mm_assumptions + assumptions,
+        assumptions=_moe_assumptions(spec, settings, moe, tokens, nvlink, smallest)
+        + mm_assumptions
+        + assumptions
+        + kv_assumptions,
         mm_serve_args=_mm_serve_args(settings) if spec.vision is not None or spec.vision_params else [],
         option_args=options.serve_args(settings),
     )

@@ -134,10 +134,41 @@ class ModelSpec:
     shared_expert_intermediate_size: int = 0
     first_dense_layers: int = 0
     moe_layer_step: int = 1
-    # Sliding window / hybrid attention: one entry per layer, "full" or "sliding".
+    # Sliding window / hybrid attention: one entry per layer (see LAYER_KINDS): "full" or
+    # "sliding" attention, a "mamba" (SSM) or "linear_attention" (Gated DeltaNet) mixer,
+    # "parallel" (Falcon-H1: attention and mamba side by side), or no mixer at all ("mlp",
+    # "moe": Nemotron-H's MLP-only blocks).
     sliding_window: int = 0
     layer_types: tuple[str, ...] = ()
+    # Mamba mixers (vLLM's MambaMixer = 1, MambaMixer2 = 2): the config keys of
+    # ``get_mamba_state_shape_from_config`` of the model's class.
+    mamba_version: int = 0
+    mamba_n_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_n_groups: int = 0
+    mamba_d_state: int = 0
+    mamba_d_conv: int = 0
+    mamba_intermediate: int = 0
+    mamba_dt_rank: int = 0
+    mamba_conv_bias: bool = True
+    mamba_proj_bias: bool = False
+    mamba_rms_norm: bool = True  # MambaMixer2's gated RMS norm (Falcon-H1: mamba_rms_norm)
+    # config.json's mamba_ssm_cache_dtype (Nemotron-H; vLLM's default there is float32).
+    mamba_ssm_cache_dtype: str = ""
+    # Gated DeltaNet linear attention (Qwen3-Next: linear_* keys).
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    # DeepSeek V3.2 sparse attention: the lightning indexer of every layer.
+    index_topk: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
     rope_dim: int = 0
+    # Whether the attention layers hold a rotary cos/sin cache (Nemotron-H and Jamba use no
+    # position embedding, Granite 4.0-H only with position_embedding_type "rope").
+    rotary: bool = True
     quant: QuantSpec | None = None
     vision_params: int = 0
     # The vision tower vLLM builds and profiles (multimodal.py); None for text-only models and
@@ -187,12 +218,31 @@ class ModelSpec:
     def is_moe_layer(self, index: int) -> bool:
         if not self.is_moe or index < self.first_dense_layers:
             return False
+        if self.model_type == "nemotron_h":
+            return self.layer_type(index) == "moe"
         return (index + 1) % max(self.moe_layer_step, 1) == 0
 
     def layer_type(self, index: int) -> str:
         if self.layer_types:
             return self.layer_types[index]
         return "sliding" if self.sliding_window else "full"
+
+    @property
+    def is_hybrid(self) -> bool:
+        """vLLM's ``ModelConfig.is_hybrid``: mamba-type mixers next to attention."""
+        return any(t in ("mamba", "linear_attention", "parallel") for t in self.layer_types)
+
+    def has_attention(self, index: int) -> bool:
+        return self.layer_type(index) in ("full", "sliding", "parallel")
+
+    def has_mamba(self, index: int) -> bool:
+        return self.layer_type(index) in ("mamba", "linear_attention", "parallel")
+
+    def has_mlp(self, index: int) -> bool:
+        """Nemotron-H blocks hold one mixer each: only "mlp" / "moe" blocks have an MLP."""
+        if self.model_type == "nemotron_h":
+            return self.layer_type(index) in ("mlp", "moe")
+        return True
 
     @property
     def kv_elems_per_token_per_layer(self) -> int:
@@ -699,7 +749,10 @@ def _spec_from_config(
     layer_types: tuple[str, ...] = ()
     raw_types = cfg.get("layer_types")
     window = _int(cfg, source, "sliding_window", maximum=MAX_POSITIONS) if cfg.get("sliding_window") is not False else 0
-    if isinstance(raw_types, list) and len(raw_types) == layers:
+    hybrid_types = _hybrid_layer_types(cfg, source, model_type, layers)
+    if hybrid_types:
+        layer_types = hybrid_types
+    elif isinstance(raw_types, list) and len(raw_types) == layers:
         layer_types = tuple("sliding" if "sliding" in str(t) else "full" for t in raw_types)
     elif window and model_type.startswith("gemma2"):
         layer_types = tuple("sliding" if i % 2 == 0 else "full" for i in range(layers))
@@ -724,7 +777,23 @@ def _spec_from_config(
     if mlp_only:
         first_dense = max(first_dense, len(mlp_only))
     shared = _int(cfg, source, "n_shared_experts", "num_shared_experts", maximum=MAX_EXPERTS)
-    shared_inter = _int(cfg, source, "shared_expert_intermediate_size", maximum=1 << 24)
+    shared_inter = _int(
+        cfg, source, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", maximum=1 << 24
+    )
+    if model_type == "granitemoehybrid":
+        # GraniteMoeHybrid: a shared MLP of shared_intermediate_size next to the experts
+        # (the only MLP of the dense variants).
+        granite_shared = _int(cfg, source, "shared_intermediate_size", maximum=1 << 24)
+        if experts:
+            shared, shared_inter = (1, granite_shared) if granite_shared else (shared, shared_inter)
+        elif granite_shared:
+            inter = granite_shared
+    if model_type == "jamba":
+        # Jamba's MoE blocks: layer i is MoE when i % expert_layer_period == expert_layer_offset.
+        period = _int(cfg, source, "expert_layer_period", default=2, minimum=1, maximum=MAX_LAYERS)
+        offset = _int(cfg, source, "expert_layer_offset", default=1, maximum=MAX_LAYERS)
+        if offset == period - 1:
+            step = period
     if shared_inter and not shared:
         shared = 1
     if shared and not shared_inter:
@@ -784,7 +853,10 @@ def _spec_from_config(
         moe_layer_step=step,
         sliding_window=window,
         layer_types=layer_types,
+        **_mixer_fields(cfg, source, model_type, hidden, layer_types),
         rope_dim=rope_dim,
+        rotary=model_type not in ("nemotron_h", "jamba")
+        and (model_type != "granitemoehybrid" or cfg.get("position_embedding_type") == "rope"),
         quant=quant,
         vision_params=vision_params,
         vision=vision,
@@ -800,6 +872,115 @@ def _spec_from_config(
         or _int(cfg, source, "mtp_num_hidden_layers", maximum=1 << 10),
         draft_vocab_size=_int(cfg, source, "draft_vocab_size", maximum=1 << 24),
     )
+
+
+# config.json's per-layer mixer names -> the planner's layer kinds.
+_MIXER_NAMES = {
+    "mamba": "mamba", "mamba2": "mamba", "linear_attention": "linear_attention", "attention": "full",
+    "full_attention": "full", "sliding_attention": "sliding", "M": "mamba", "*": "full", "-": "mlp", "E": "moe",
+}  # fmt: skip
+_HYBRID_TYPES = ("qwen3_next", "granitemoehybrid", "nemotron_h", "bamba", "jamba", "falcon_h1")
+
+
+def _hybrid_layer_types(cfg: Mapping[str, Any], source: str, model_type: str, layers: int) -> tuple[str, ...]:
+    """Each layer's mixer in the hybrid families, the way their vLLM classes build them:
+    Qwen3-Next ``layer_types`` or ``full_attention_interval`` (full attention when
+    ``(i + 1) % interval == 0``), Granite 4.0-H ``layer_types``, Nemotron-H
+    ``hybrid_override_pattern`` (M mamba, * attention, - MLP, E MoE), Bamba
+    ``attn_layer_indices``, Jamba ``attn_layer_period`` / ``attn_layer_offset``, Falcon-H1
+    (attention and mamba in every layer). ``()`` for the other families."""
+    if model_type not in _HYBRID_TYPES:
+        return ()
+    where = f"{source}:layer_types"
+    raw: Any = cfg.get("layer_types")
+    if model_type == "falcon_h1":
+        return ("parallel",) * layers
+    if model_type == "nemotron_h":
+        raw = cfg.get("hybrid_override_pattern")
+        where = f"{source}:hybrid_override_pattern"
+        if not isinstance(raw, str):
+            raise PlanError(where, f"{_show(raw)} is not a pattern string", "e.g. M-M-M*-M-")
+        raw = list(raw)
+    elif model_type == "qwen3_next" and raw is None:
+        interval = _int(cfg, source, "full_attention_interval", default=4, minimum=1, maximum=MAX_LAYERS)
+        return tuple("full" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers))
+    elif model_type == "bamba":
+        indices = cfg.get("attn_layer_indices") or []
+        if not isinstance(indices, list):
+            raise PlanError(f"{source}:attn_layer_indices", "must be a list of layer indices", "e.g. [9, 18, 27]")
+        return tuple("full" if i in indices else "mamba" for i in range(layers))
+    elif model_type == "jamba":
+        period = _int(cfg, source, "attn_layer_period", default=8, minimum=1, maximum=MAX_LAYERS)
+        offset = _int(cfg, source, "attn_layer_offset", default=4, maximum=MAX_LAYERS)
+        return tuple("full" if i % period == offset else "mamba" for i in range(layers))
+    if not isinstance(raw, list) or len(raw) != layers:
+        raise PlanError(where, f"must name the mixer of each of the {layers} layers", "e.g. ['mamba', 'attention']")
+    kinds = tuple(_MIXER_NAMES.get(str(t), "") for t in raw)
+    if "" in kinds:
+        bad = next(str(t) for t in raw if str(t) not in _MIXER_NAMES)
+        raise PlanError(where, f"unknown layer type {_show(bad)}", f"use one of {sorted(_MIXER_NAMES)}")
+    return kinds
+
+
+def _mixer_fields(
+    cfg: Mapping[str, Any], source: str, model_type: str, hidden: int, layer_types: tuple[str, ...]
+) -> dict[str, Any]:
+    """The ModelSpec fields of the mamba / linear-attention mixers and of DeepSeek V3.2's
+    indexer, under the config keys each vLLM class reads (``get_mamba_state_shape_from_config``
+    of Qwen3NextForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM,
+    JambaForCausalLM, FalconH1ForCausalLM; ``Indexer`` in deepseek_v2.py)."""
+    out: dict[str, Any] = {}
+    big = 1 << 20
+    if cfg.get("index_topk") is not None:
+        out["index_topk"] = _int(cfg, source, "index_topk", minimum=1, maximum=big)
+        out["index_n_heads"] = _int(cfg, source, "index_n_heads", default=64, minimum=1, maximum=MAX_HEADS)
+        out["index_head_dim"] = _int(cfg, source, "index_head_dim", default=128, minimum=1, maximum=1 << 16)
+    if not any(t in ("mamba", "linear_attention", "parallel") for t in layer_types):
+        return out
+    if model_type == "qwen3_next":
+        # Missing keys take transformers' Qwen3NextConfig defaults, as vLLM loads them.
+        defaults = {"linear_num_key_heads": 16, "linear_num_value_heads": 32}
+        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
+            out[key] = _int(cfg, source, key, default=defaults.get(key, 128), minimum=1, maximum=1 << 16)
+        out["linear_conv_kernel_dim"] = _int(cfg, source, "linear_conv_kernel_dim", default=4, minimum=1, maximum=64)
+        return out
+    if model_type == "nemotron_h":
+        heads = _require(cfg, source, "mamba_num_heads", maximum=MAX_HEADS)
+        head_dim = _require(cfg, source, "mamba_head_dim", maximum=1 << 16)
+        out.update(
+            mamba_version=2, mamba_n_heads=heads, mamba_head_dim=head_dim, mamba_intermediate=heads * head_dim,
+            mamba_n_groups=_int(cfg, source, "n_groups", default=1, minimum=1, maximum=MAX_HEADS),
+            mamba_d_state=_require(cfg, source, "ssm_state_size", maximum=1 << 16),
+            mamba_d_conv=_int(cfg, source, "conv_kernel", default=4, minimum=1, maximum=64),
+            mamba_conv_bias=_flag(cfg, source, "use_conv_bias", True),
+            mamba_proj_bias=_flag(cfg, source, "use_bias", False),
+            mamba_ssm_cache_dtype=str(cfg.get("mamba_ssm_cache_dtype") or "float32"),
+        )  # fmt: skip
+        return out
+    expand = _float(cfg, source, "mamba_expand", 2.0, 0.0, 64.0)
+    d_ssm = _int(cfg, source, "mamba_d_ssm", maximum=1 << 24)
+    out.update(
+        mamba_intermediate=d_ssm or int(expand * hidden),
+        mamba_d_state=_int(cfg, source, "mamba_d_state", default=16, minimum=1, maximum=1 << 16),
+        mamba_d_conv=_int(cfg, source, "mamba_d_conv", default=4, minimum=1, maximum=64),
+        mamba_conv_bias=_flag(cfg, source, "mamba_conv_bias", True),
+        mamba_proj_bias=_flag(cfg, source, "mamba_proj_bias", False),
+        mamba_rms_norm=_flag(cfg, source, "mamba_rms_norm", model_type != "falcon_h1"),
+    )
+    if model_type == "jamba":
+        rank = cfg.get("mamba_dt_rank", "auto")
+        out["mamba_version"] = 1
+        out["mamba_dt_rank"] = (
+            math.ceil(hidden / 16) if rank == "auto" else _int(cfg, source, "mamba_dt_rank", minimum=1, maximum=big)
+        )
+        return out
+    out.update(
+        mamba_version=2,
+        mamba_n_heads=_require(cfg, source, "mamba_n_heads", maximum=MAX_HEADS),
+        mamba_head_dim=_require(cfg, source, "mamba_d_head", maximum=1 << 16),
+        mamba_n_groups=_int(cfg, source, "mamba_n_groups", default=1, minimum=1, maximum=MAX_HEADS),
+    )
+    return out
 
 
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|block)\.(\d+)\.")

@@ -114,7 +114,9 @@ def test_kv_tokens_concurrency_and_fit() -> None:
     est = estimate(spec, Device("RTX-4090", 23.52, "cuda", 8), Settings(max_model_len=131072))
     assert not est.fits
     assert "the largest max_model_len that fits is" in est.reason
-    assert est.max_model_len_fit == est.num_gpu_blocks * est.block_size
+    # vLLM 0.32 plans the fit against the available memory less one block (the null block
+    # BlockPool holds back, get_kv_cache_configs).
+    assert est.max_model_len_fit == (est.num_gpu_blocks - 1) * est.block_size
     ok = estimate(spec, L20, Settings(max_model_len=8192))
     assert ok.fits and ok.max_concurrency == pytest.approx(ok.num_gpu_blocks / (8192 / 16))
 

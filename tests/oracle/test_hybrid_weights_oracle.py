@@ -1,0 +1,99 @@
+"""The planner's weights of the hybrid families against the models vLLM builds.
+
+vLLM's CPU build instantiates each model class on the meta device from a shrunk config.json
+(one process, TP=1); the bytes of its parameters and persistent buffers (the rotary cache
+once, Falcon-H1's mup vectors; not MambaMixer2's ``conv_weights``, a view of conv1d's
+weight, nor the 4-byte attention scales) are what the planner's weights must equal, since
+the planner counts these layers parameter by parameter. Left out: DeepSeek V3.2 (its
+sparse-attention layers need an accelerator to be built) and Nemotron-H's MoE blocks
+(vLLM's CPU build has no backend for non-gated experts); tests/unit/test_kv_families.py
+derives both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.oracle.conftest import OracleRun
+from tests.oracle.test_kv_oracle import CONFIGS
+from vllm_fleet.memory import Device, Settings, estimate
+from vllm_fleet.model_spec import spec_from_config
+
+H100 = Device("H100-SXM", 79.19, "cuda", 9)
+ARCHITECTURES = {
+    "qwen3_next": "Qwen3NextForCausalLM",
+    "granite_h": "GraniteMoeHybridForCausalLM",
+    "granite_h_moe": "GraniteMoeHybridForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
+    "jamba": "JambaForCausalLM",
+    "falcon_h1": "FalconH1ForCausalLM",
+}
+_EXTRA: dict[str, tuple[str, dict[str, Any]]] = {
+    "granite_h_moe": (
+        "granite_h",
+        {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 128, "position_embedding_type": "rope"},
+    ),
+    "qwen3_next": ("qwen3_next", {"partial_rotary_factor": 0.25}),
+    "falcon_h1": ("falcon_h1", {"mamba_rms_norm": True}),
+}
+
+
+def config(name: str) -> dict[str, Any]:
+    base, extra = _EXTRA.get(name, (name, {}))
+    cfg = dict(CONFIGS[base][2], **extra)
+    cfg.update(architectures=[ARCHITECTURES[name]], tie_word_embeddings=False, max_position_embeddings=4096)
+    return cfg
+
+
+ORACLE = """
+import json, os, sys, tempfile
+
+import torch
+from vllm.config import LoadConfig, ModelConfig, VllmConfig
+from vllm.config.vllm import set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.model_executor.models import ModelRegistry
+
+RESULT = {}
+started = False
+for name, cfg in DATA.items():
+    folder = tempfile.mkdtemp()
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    model_config = ModelConfig(model=folder, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=4096)
+    vllm_config = VllmConfig(model_config=model_config, load_config=LoadConfig(load_format="dummy"))
+    with set_current_vllm_config(vllm_config):
+        if not started:
+            init_distributed_environment(
+                world_size=1, rank=0, distributed_init_method="tcp://127.0.0.1:29517", local_rank=0, backend="gloo"
+            )
+            initialize_model_parallel(1)
+            started = True
+        cls, _ = ModelRegistry.resolve_model_cls(model_config.architectures, model_config=model_config)
+        torch.set_default_dtype(torch.bfloat16)
+        with torch.device("meta"):
+            model = cls(vllm_config=vllm_config)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(
+        b.numel() * b.element_size()
+        for n, b in model.named_buffers()
+        if not n.endswith("conv_weights") and not n.endswith("_scale")
+    )
+    RESULT[name] = {"params": params, "buffers": buffers}
+"""
+
+
+@pytest.fixture(scope="module")
+def built(oracle: OracleRun) -> dict[str, dict[str, int]]:
+    result: dict[str, dict[str, int]] = oracle(ORACLE, {name: config(name) for name in ARCHITECTURES})
+    return result
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_weights_are_the_parameters_vllm_builds(built: dict[str, dict[str, int]], name: str) -> None:
+    spec = spec_from_config(config(name), name)
+    est = estimate(spec, H100, Settings(max_model_len=4096))
+    vllm_bytes = built[name]["params"] + built[name]["buffers"]
+    assert est.weights_gib * (1 << 30) == pytest.approx(vllm_bytes, rel=1e-9)

@@ -1,0 +1,405 @@
+"""The KV cache of the 2026 architectures: sliding-window / full hybrids, Mamba and linear
+attention hybrids, DeepSeek V3.2's indexer.
+
+Every expected number is derived here from the rules of vLLM 0.32's code, written out
+independently of the planner (kv_cache_interface.py's max_memory_usage_bytes,
+kv_cache_utils.py's grouping, Platform._align_hybrid_block_size, the mamba state shapes);
+tests/oracle/test_kv_oracle.py checks the same figures against vLLM itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vllm_fleet.errors import PlanError
+from vllm_fleet.memory import Device, Estimate, Settings, estimate
+from vllm_fleet.model_spec import ModelSpec, spec_from_config
+
+H100 = Device("H100-SXM", 79.19, "cuda", 9)
+MEM = 3 << 30  # --kv-cache-memory-bytes: the KV pool every case is sized with
+BF16 = 2
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def run(cfg: dict[str, Any], **kw: Any) -> tuple[ModelSpec, Estimate]:
+    spec = spec_from_config(cfg, cfg["model_type"])
+    settings = Settings(kv_cache_memory_bytes=MEM, max_num_batched_tokens=2048, **kw)
+    return spec, estimate(spec, H100, settings)
+
+
+def attention_cfg(model_type: str, layers: int, **extra: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "model_type": model_type,
+        "num_hidden_layers": layers,
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "intermediate_size": 1024,
+        "vocab_size": 1000,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+    }
+    cfg.update(extra)
+    return cfg
+
+
+def capacity(
+    groups: list[tuple[str, int]], layers_per_group: int, page: int, mml: int, block: int, extra: int
+) -> dict[str, Any]:
+    """vLLM's pool for ``groups`` (kind, window) of equal size: bytes per block = one group's
+    pages; a request holds cdiv(len, block) blocks per full group, cdiv(min(window - 1 +
+    in-flight, len), block) + 1 per sliding group (``extra`` = max_in_flight_tokens)."""
+    blocks = MEM // (layers_per_group * page)
+
+    def need(length: int) -> int:
+        total = 0
+        for kind, window in groups:
+            if kind == "sliding":
+                total += cdiv(min(window - 1 + extra, length), block) + 1
+            else:
+                total += cdiv(length, block)
+        return total
+
+    conc = blocks / need(mml)
+    fit = max(n for n in range(0, mml + 1, 1) if n == 0 or need(n) <= blocks - 1) if need(mml) > blocks - 1 else mml
+    return {"blocks": blocks, "conc": conc, "tokens": int(conc * mml), "fit": fit}
+
+
+# ---------------------------------------------------------------------------
+# Sliding window and full attention under the hybrid allocator
+# ---------------------------------------------------------------------------
+
+
+def test_gpt_oss_pattern_two_groups_and_in_flight_window() -> None:
+    types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(6)]
+    _, est = run(attention_cfg("gpt_oss", 6, sliding_window=128, layer_types=types), max_model_len=32768)
+    page = 2 * 4 * 64 * BF16 * 16  # K and V of 4 heads x 64, 16 tokens
+    # Async scheduling with Model Runner V2: pp + 1 = 2 batches of 2048 tokens in flight.
+    want = capacity([("sliding", 128), ("full", 0)], 3, page, 32768, 16, 2 * 2048)
+    assert est.num_gpu_blocks == want["blocks"]
+    assert est.max_concurrency == pytest.approx(want["conc"])
+    assert est.kv_cache_tokens == want["tokens"]
+    assert est.parts()["kv.groups"] == 2
+    assert any("sliding window 128" in line for line in est.assumptions)
+
+
+def test_gemma3_five_local_to_one_global_makes_six_groups() -> None:
+    cfg = attention_cfg("gemma3_text", 12, sliding_window=1024, sliding_window_pattern=6)
+    spec, est = run(cfg, max_model_len=32768)
+    assert spec.layer_types.count("full") == 2
+    page = 2 * 4 * 64 * BF16 * 16
+    # 10 sliding + 2 full layers: groups of 2 layers, 5 sliding groups and 1 full.
+    want = capacity([("sliding", 1024)] * 5 + [("full", 0)], 2, page, 32768, 16, 2 * 2048)
+    assert (est.num_gpu_blocks, est.kv_cache_tokens) == (want["blocks"], want["tokens"])
+    assert est.max_model_len_fit == want["fit"]
+
+
+def test_groups_of_the_larger_bucket_when_below_one_and_a_half_times_the_smaller() -> None:
+    # 13 full + 12 sliding: vLLM pads to (13, 13) rather than splitting full into 2 groups.
+    types = ["full_attention"] * 13 + ["sliding_attention"] * 12
+    _, est = run(attention_cfg("gpt_oss", 25, sliding_window=128, layer_types=types), max_model_len=32768)
+    page = 2 * 4 * 64 * BF16 * 16
+    want = capacity([("full", 0), ("sliding", 128)], 13, page, 32768, 16, 2 * 2048)
+    assert est.num_gpu_blocks == want["blocks"]
+    assert est.parts()["kv.groups"] == 2
+
+
+def test_older_release_prints_blocks_per_group_times_block() -> None:
+    types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(6)]
+    _, est = run(
+        attention_cfg("gpt_oss", 6, sliding_window=128, layer_types=types), max_model_len=32768, vllm_version="0.19.0"
+    )
+    page = 2 * 4 * 64 * BF16 * 16
+    blocks = MEM // (3 * page)
+    # Before 0.21: num_blocks // len(groups) x min block size; one batch in flight.
+    assert est.kv_cache_tokens == blocks // 2 * 16
+    need = cdiv(32768, 16) + cdiv(127 + 2048, 16) + 1
+    assert est.max_concurrency == pytest.approx(blocks / need)
+
+
+def test_uniform_sliding_model_keeps_one_group() -> None:
+    # Mistral 7B v0.1: every layer slides with the same window: one group, window-bounded.
+    _, est = run(attention_cfg("mistral", 4, sliding_window=4096), max_model_len=32768)
+    page = 2 * 4 * 64 * BF16 * 16
+    blocks = MEM // (4 * page)
+    assert est.num_gpu_blocks == blocks
+    assert est.max_concurrency == pytest.approx(blocks / (cdiv(4095 + 2 * 2048, 16) + 1))
+    assert "kv.groups" not in est.parts()
+
+
+# ---------------------------------------------------------------------------
+# Mamba and linear-attention hybrids
+# ---------------------------------------------------------------------------
+
+QWEN3_NEXT = {
+    "model_type": "qwen3_next",
+    "num_hidden_layers": 8,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 512,
+    "moe_intermediate_size": 128,
+    "shared_expert_intermediate_size": 128,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "full_attention_interval": 4,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 32,
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 8,
+    "linear_value_head_dim": 32,
+    "vocab_size": 1000,
+    "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}
+
+
+def gdn_state(tp: int) -> int:
+    """gated_delta_net_state_shape: conv (kernel - 1, (2 K + V) / tp), ssm (v_heads / tp,
+    v_dim, k_dim), both bf16 (mamba_cache_dtype auto)."""
+    conv_dim = 2 * 32 * 4 + 32 * 8
+    return (3 * conv_dim // tp + (8 // tp) * 32 * 32) * BF16
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_qwen3_next_attention_block_aligned_to_the_gdn_state(tp: int) -> None:
+    spec, est = run(QWEN3_NEXT, tensor_parallel_size=tp, max_model_len=32768)
+    assert spec.layer_types == ("linear_attention",) * 3 + ("full",) + ("linear_attention",) * 3 + ("full",)
+    token = 2 * (2 // tp) * 64 * BF16
+    state = gdn_state(tp)
+    block = 16 * cdiv(state, 16 * token)
+    assert est.block_size == block
+    page = block * token
+    # 2 full + 6 linear: groups of 2, 1 full + 3 mamba groups; prefix caching on = "align"
+    # mode, 2 blocks per request per mamba group.
+    blocks = MEM // (2 * page)
+    need = cdiv(32768, block) + 3 * 2
+    assert est.num_gpu_blocks == blocks
+    assert est.max_concurrency == pytest.approx(blocks / need)
+    assert est.kv_cache_tokens == int(blocks / need * 32768)
+    assert est.parts()["kv.ssm_state_bytes_per_seq"] == 6 * state
+    assert est.parts()["kv.attention_block_size"] == block
+    assert est.kv_bytes_per_token == 2 * token
+
+
+def test_without_prefix_caching_one_block_per_mamba_group() -> None:
+    _, est = run(QWEN3_NEXT, max_model_len=32768, enable_prefix_caching=False)
+    block = est.block_size
+    assert est.max_concurrency == pytest.approx(est.num_gpu_blocks / (cdiv(32768, block) + 3))
+
+
+NEMOTRON_H = {
+    "model_type": "nemotron_h",
+    "num_hidden_layers": 8,
+    "hybrid_override_pattern": "M-M*-M-E",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 512,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 32,
+    "n_groups": 2,
+    "ssm_state_size": 16,
+    "conv_kernel": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "vocab_size": 1000,
+    "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}
+
+
+def mamba2_state(tp: int, heads: int, head_dim: int, groups: int, state: int, conv: int, ssm_bytes: int) -> int:
+    """mamba2_state_shape: conv (conv - 1, (I + 2 G N) / tp) in bf16, ssm (H / tp, P, N)."""
+    inner = heads * head_dim
+    groups += 0 if groups % tp == 0 else tp - groups
+    return (conv - 1) * (inner + 2 * groups * state) // tp * BF16 + heads // tp * head_dim * state * ssm_bytes
+
+
+def test_nemotron_h_pattern_fp32_ssm_state_and_mlp_blocks_without_cache() -> None:
+    spec, est = run(NEMOTRON_H, max_model_len=32768)
+    assert spec.layer_types == ("mamba", "mlp", "mamba", "full", "mlp", "mamba", "mlp", "moe")
+    state = mamba2_state(1, 8, 32, 2, 16, 4, 4)  # NemotronH: mamba_ssm_cache_dtype float32
+    token = 2 * 2 * 64 * BF16
+    block = 16 * cdiv(state, 16 * token)
+    assert est.block_size == block
+    # 1 attention layer, 3 mamba: groups of 1 (4 groups), one page per block.
+    blocks = MEM // (block * token)
+    assert est.num_gpu_blocks == blocks
+    assert est.max_concurrency == pytest.approx(blocks / (cdiv(32768, block) + 3 * 2))
+    assert est.parts()["kv.ssm_state_bytes_per_seq"] == 3 * state
+
+
+def test_nemotron_h_weights_count_each_block_once() -> None:
+    spec = spec_from_config(NEMOTRON_H, "nemotron_h")
+    h, v = 256, 1024  # the vocabulary padded to 64 (VocabParallelEmbedding)
+    inner, groups, n, heads, conv = 8 * 32, 2, 16, 8, 4
+    conv_dim = inner + 2 * groups * n
+    mamba = h * (inner + conv_dim + heads) + conv_dim * conv + conv_dim + 3 * heads + inner + inner * h
+    attn = h * (4 * 64 + 2 * 2 * 64) + 4 * 64 * h
+    mlp = 2 * h * 512  # up + down, relu^2
+    moe = 4 * 2 * h * 64 + h * 4  # experts (up + down) and router
+    elems = 3 * mamba + attn + 3 * mlp + moe + 8 * h + 2 * v * h + h
+    # A is fp32 (2 bytes more per element than bf16), e_score_correction_bias fp32.
+    want = elems * BF16 + 3 * heads * 2 + 4 * 4
+    # Nemotron-H's attention has no position embedding: no rotary cache.
+    est = estimate(spec, H100, Settings(max_model_len=4096))
+    assert est.weights_gib * (1 << 30) == pytest.approx(want, rel=1e-9)
+
+
+GRANITE_H = {
+    "model_type": "granitemoehybrid",
+    "num_hidden_layers": 4,
+    "layer_types": ["mamba", "mamba", "mamba", "attention"],
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+    "shared_intermediate_size": 512,
+    "num_local_experts": 0,
+    "mamba_n_heads": 8,
+    "mamba_d_head": 64,
+    "mamba_n_groups": 1,
+    "mamba_d_state": 32,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_granite_h_mamba2_state_replicates_a_single_group(tp: int) -> None:
+    spec, est = run(GRANITE_H, tensor_parallel_size=tp, max_model_len=32768)
+    assert spec.mamba_intermediate == 512 and spec.intermediate_size == 512  # dense: the shared MLP
+    state = mamba2_state(tp, 8, 64, 1, 32, 4, BF16)
+    token = 2 * (2 // tp) * 64 * BF16
+    assert est.block_size == 16 * cdiv(state, 16 * token)
+    assert est.parts()["kv.ssm_state_bytes_per_seq"] == 3 * state
+
+
+def test_jamba_mamba1_state_and_layer_pattern() -> None:
+    cfg = {
+        "model_type": "jamba",
+        "num_hidden_layers": 8,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 512,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+    }
+    spec, est = run(cfg, max_model_len=32768)
+    assert spec.layer_types.index("full") == 4 and spec.layer_types.count("mamba") == 7
+    assert [spec.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    inner = 2 * 256
+    state = (3 * inner + inner * 16) * BF16  # mamba1_state_shape: (conv - 1, I), (I, N)
+    assert est.parts()["kv.ssm_state_bytes_per_seq"] == 7 * state
+
+
+def test_falcon_h1_every_layer_has_attention_and_mamba() -> None:
+    cfg = {
+        "model_type": "falcon_h1",
+        "num_hidden_layers": 4,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 512,
+        "mamba_d_ssm": 512,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 64,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "vocab_size": 1000,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+    }
+    _, est = run(cfg, max_model_len=32768)
+    block = est.block_size
+    page = block * 2 * 2 * 64 * BF16
+    # 4 attention + 4 mamba layers: 2 groups of 4.
+    assert est.num_gpu_blocks == MEM // (4 * page)
+    assert est.max_concurrency == pytest.approx(est.num_gpu_blocks / (cdiv(32768, block) + 2))
+
+
+def test_hybrid_layer_types_are_checked() -> None:
+    bad = dict(GRANITE_H, layer_types=["mamba", "conv", "mamba", "attention"])
+    with pytest.raises(PlanError, match="unknown layer type"):
+        spec_from_config(bad, "granite")
+    short = dict(NEMOTRON_H, hybrid_override_pattern=5)
+    with pytest.raises(PlanError, match="hybrid_override_pattern"):
+        spec_from_config(short, "nemotron")
+
+
+# ---------------------------------------------------------------------------
+# DeepSeek V3.2 sparse attention
+# ---------------------------------------------------------------------------
+
+DSV32 = {
+    "model_type": "deepseek_v32",
+    "num_hidden_layers": 4,
+    "hidden_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "intermediate_size": 1024,
+    "moe_intermediate_size": 128,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 256,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "index_topk": 2048,
+    "index_n_heads": 16,
+    "index_head_dim": 128,
+    "vocab_size": 1000,
+    "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(("kv_dtype", "latent"), [("auto", 576 * BF16), ("fp8", 656)])
+def test_deepseek_v32_indexer_cache_next_to_the_latent(kv_dtype: str, latent: int) -> None:
+    _, est = run(DSV32, max_model_len=32768, kv_cache_dtype=kv_dtype)
+    indexer = 128 + 128 // 128 * 4  # fp8 keys and one fp32 scale per 128
+    assert est.block_size == 64
+    assert est.kv_bytes_per_token == 4 * (latent + indexer)
+    assert est.num_gpu_blocks == MEM // (4 * (latent + indexer) * 64)
+    assert est.parts()["kv.indexer_bytes_per_token"] == 4 * indexer
+
+
+def test_deepseek_v32_indexer_weights() -> None:
+    with_indexer = spec_from_config(DSV32, "v32")
+    without = spec_from_config({k: v for k, v in DSV32.items() if not k.startswith("index_")}, "v3")
+    settings = Settings(max_model_len=4096, tensor_parallel_size=2, max_num_batched_tokens=4096)
+    extra = estimate(with_indexer, H100, settings).weights_gib - estimate(without, H100, settings).weights_gib
+    # Per layer, replicated: wq_b (q_lora x heads x dim), wk + weights_proj (h x (dim +
+    # heads)) in bf16, k_norm weight and bias in fp32; once: the int32 top-k index buffer
+    # of max_num_batched_tokens x index_topk.
+    per_layer = (256 * 16 * 128 + 512 * (128 + 16)) * BF16 + 2 * 128 * 4
+    assert extra * (1 << 30) == pytest.approx(4 * per_layer + 4096 * 2048 * 4)
