@@ -16,7 +16,16 @@ from typing import Any
 
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.errors import PlanError, for_cli
-from vllm_fleet.memory import CURRENT_VLLM, LIMITS, MAX_GPU_MEMORY_GIB, Device, Settings, estimate, vllm_refusal
+from vllm_fleet.memory import (
+    CURRENT_VLLM,
+    LIMITS,
+    MAX_GPU_MEMORY_GIB,
+    Device,
+    Settings,
+    chunked_local_attn_hybrid_kv,
+    estimate,
+    vllm_refusal,
+)
 from vllm_fleet.model_spec import ALLOW_DEPRECATED, check_max_model_len, check_quantization_flag, load_model
 from vllm_fleet.table import render_estimate, render_plan
 
@@ -249,6 +258,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         layer_partition=_partition(args.layer_partition),
         vllm_version=args.vllm_version,
         engine=args.engine,
+        chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(dict(args.env)),
     )
     est = estimate(spec, device, settings)
     if args.json:

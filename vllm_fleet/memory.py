@@ -28,6 +28,7 @@ against logs of older releases; plans always use the current accounting.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -174,6 +175,10 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     vllm_version: str = CURRENT_VLLM
     engine: str | None = None
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE (vllm/envs.py, "1" by default in 0.32):
+    # with 0, VllmConfig.__post_init__ turns the hybrid KV cache manager off for models with
+    # chunked local attention (Llama 4), and every layer then keeps the whole sequence.
+    chunked_local_attn_hybrid_kv: bool = True
 
     def validate(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
@@ -717,22 +722,59 @@ class _KvLayout:
     groups: list[str]  # attention type of each group
     page_bytes: int  # bytes of one block in one layer
     window: int
+    chunk: int = 0  # attention_chunk_size of the "chunked" groups
 
 
-def _kv_layout(spec: ModelSpec, layers: list[int], tp: int, kv_b: float, block: int, acct: Accounting) -> _KvLayout:
+CHUNKED_HYBRID_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+
+
+def chunked_local_attn_hybrid_kv(env: Mapping[str, str]) -> bool:
+    """VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE as vllm/envs.py reads it:
+    ``bool(int(os.getenv(name, "1")))``; a value int() refuses stops vLLM at start-up."""
+    value = str(env.get(CHUNKED_HYBRID_ENV, "1")).strip()
+    try:
+        return bool(int(value))
+    except ValueError as exc:
+        raise PlanError(
+            f"--env {CHUNKED_HYBRID_ENV}", f"{value!r} is not an integer (vLLM reads it with int())", "use 0 or 1"
+        ) from exc
+
+
+def _chunked_as_full(spec: ModelSpec, settings: Settings) -> bool:
+    """Whether vLLM allocates Llama 4's chunked layers as full attention: the hybrid KV cache
+    manager is off (VllmConfig.__post_init__ turns it off for chunked local attention when
+    VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0; CUDA, ROCm and CPU all support it
+    otherwise) and the model also has full layers: ``unify_hybrid_kv_cache_specs`` /
+    ``_promote_local_kv_cache_specs`` then make every ChunkedLocalAttentionSpec a
+    FullAttentionSpec (a model of chunked layers only is uniform and keeps its spec)."""
+    types = {spec.layer_type(i) for i in range(spec.num_layers)}
+    return not settings.chunked_local_attn_hybrid_kv and {"chunked", "full"} <= types
+
+
+def _kv_layout(
+    spec: ModelSpec,
+    layers: list[int],
+    tp: int,
+    kv_b: float,
+    block: int,
+    acct: Accounting,
+    chunked_as_full: bool = False,
+) -> _KvLayout:
     per_token = _kv_layer_bytes(spec, tp, kv_b, acct)
     types = [spec.layer_type(i) for i in layers]
+    if chunked_as_full or acct.engine == "v0":
+        types = ["full" if t == "chunked" else t for t in types]
     counts = {t: types.count(t) for t in set(types)}
     if acct.engine == "v0" or len(counts) == 1:
         # One group: every layer keeps the whole sequence (V0 ignored windows
         # when sizing, and uniform models have one group anyway).
         only = next(iter(counts)) if len(counts) == 1 else "full"
-        return _KvLayout(len(layers), [only], per_token * block, spec.sliding_window)
+        return _KvLayout(len(layers), [only], per_token * block, spec.sliding_window, spec.attention_chunk_size)
     group_size = min(counts.values())
     groups: list[str] = []
     for kind in sorted(counts):
         groups += [kind] * _ceil_div(counts[kind], group_size)
-    return _KvLayout(group_size, groups, per_token * block, spec.sliding_window)
+    return _KvLayout(group_size, groups, per_token * block, spec.sliding_window, spec.attention_chunk_size)
 
 
 def _blocks_per_request(layout: _KvLayout, length: int, block: int, mbt: int) -> int:
@@ -741,6 +783,11 @@ def _blocks_per_request(layout: _KvLayout, length: int, block: int, mbt: int) ->
         if kind == "sliding" and layout.window:
             tokens = min(layout.window - 1 + mbt, length)
             total += _ceil_div(tokens, block) + 1
+        elif kind == "chunked" and layout.chunk:
+            # ChunkedLocalAttentionSpec.max_admission_blocks_per_request: one chunk plus the
+            # in-flight tokens (``mbt``, as for sliding windows), never more than the request;
+            # no +1 (unlike a window, a chunk starts on a block boundary).
+            total += _ceil_div(min(layout.chunk + mbt, length), block)
         else:
             total += _ceil_div(length, block)
     return total
@@ -841,7 +888,11 @@ def _cuda_graph_bytes(
 ) -> float:
     if settings.enforce_eager or device.kind == "cpu" or not layers:
         return 0.0
-    graphs = 2 * len(_capture_sizes(seqs, tokens))  # piecewise + full decode graphs
+    # Piecewise + full decode graphs; ChunkedLocalAttention's metadata builder supports no
+    # CUDA graph (AttentionCGSupport.NEVER), so resolve_cudagraph_mode_and_sizes drops
+    # FULL_AND_PIECEWISE to PIECEWISE for a model with chunked layers.
+    chunked = any(spec.layer_type(i) == "chunked" for i in range(spec.num_layers))
+    graphs = (1 if chunked else 2) * len(_capture_sizes(seqs, tokens))
     return graphs * len(layers) * CUDA_GRAPH_MIB_PER_GRAPH_LAYER * MIB
 
 
@@ -972,6 +1023,7 @@ def estimate(
     else:
         block = 16
     ratios = _file_ratios(spec, quant, db)
+    chunked_as_full = _chunked_as_full(spec, settings)
 
     stage_info: list[dict[str, Any]] = []
     start = 0
@@ -995,7 +1047,7 @@ def estimate(
         available = budget - weights - act - nt_in - (graphs if acct.graphs_in_budget else 0.0)
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
-        layout = _kv_layout(spec, layers, tp, kv_b, block, acct)
+        layout = _kv_layout(spec, layers, tp, kv_b, block, acct, chunked_as_full)
         per_block = layout.page_bytes * layout.group_size
         blocks = int(available // per_block) if available > 0 and per_block else 0
         stage_info.append(
@@ -1021,6 +1073,7 @@ def estimate(
     conc = num_blocks / need if need else 0.0
     kv_tokens = num_blocks * block if acct.engine == "v0" else int(conc * mml)
     fit_len = min(_max_len_fit(s["layout"], num_blocks, block, tokens, mml_cap) for s in stage_info)
+    assumptions = _llama4_assumptions(spec, chunked_as_full, tokens)
 
     ranks: list[RankMemory] = []
     for stage, info in enumerate(stage_info):
@@ -1046,6 +1099,7 @@ def estimate(
                     budget_gib=info["budget"] / GIB,
                     total_gib=dev.total_gib,
                     startup_overhead_gib=info["nt_out"] / GIB,
+                    parts=_chunked_parts(layout, mml, block, tokens),
                 )
             )
 
@@ -1108,4 +1162,47 @@ def estimate(
         reason=reason,
         vllm_version=settings.vllm_version,
         notes=notes,
+        assumptions=assumptions,
     )
+
+
+def _chunked_parts(layout: _KvLayout, length: int, block: int, mbt: int) -> dict[str, float]:
+    """``kv.chunked_bytes_per_request``: what one request of ``length`` tokens holds in the
+    rank's chunked-attention groups (their blocks x the group's layers x one page)."""
+    if "chunked" not in layout.groups:
+        return {}
+    chunked = _KvLayout(layout.group_size, [g for g in layout.groups if g == "chunked"], 0, 0, layout.chunk)
+    return {
+        "kv.chunked_bytes_per_request": float(
+            _blocks_per_request(chunked, length, block, mbt) * layout.group_size * layout.page_bytes
+        )
+    }
+
+
+def _llama4_assumptions(spec: ModelSpec, chunked_as_full: bool, mbt: int) -> list[str]:
+    """One line each for Llama 4's MoE layout and its chunked local attention."""
+    lines: list[str] = []
+    if spec.model_type.startswith("llama4") and spec.is_moe:
+        moe = sum(spec.is_moe_layer(i) for i in range(spec.num_layers))
+        lines.append(
+            f"Llama 4 MoE (Llama4DecoderLayer): {moe} of {spec.num_layers} layers MoE "
+            f"(interleave_moe_layer_step {spec.moe_layer_step}), {spec.num_experts} experts of "
+            f"{spec.moe_intermediate_size} + 1 shared expert, top-{spec.num_experts_per_tok}; "
+            f"dense layers intermediate_size_mlp {spec.intermediate_size}"
+        )
+    chunked = sum(spec.layer_type(i) == "chunked" for i in range(spec.num_layers))
+    if chunked:
+        how = (
+            "allocated as full attention (hybrid KV cache manager off: "
+            "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0)"
+            if chunked_as_full
+            else f"hold at most attention_chunk_size + {mbt} tokens per request (ChunkedLocalAttentionSpec, "
+            "hybrid KV cache manager; max_num_batched_tokens stands for vLLM's max_in_flight_tokens, as for "
+            "sliding windows)"
+        )
+        lines.append(
+            f"chunked local attention: {chunked} of {spec.num_layers} layers (the RoPE layers) attend within "
+            f"{spec.attention_chunk_size}-token chunks and {how}; CUDA graphs piecewise only "
+            "(the chunked backend supports no full graph)"
+        )
+    return lines

@@ -35,6 +35,7 @@ from vllm_fleet.memory import (
     Estimate,
     Settings,
     check_count,
+    chunked_local_attn_hybrid_kv,
     estimate,
     known_release,
     kv_heads_shard,
@@ -193,6 +194,7 @@ class _Planner:
             enforce_eager=w.enforce_eager,
             layer_partition=partition,
             vllm_version=w.vllm_version,
+            chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(w.extra_env),
         )
 
     def _estimate(
