@@ -24,6 +24,7 @@ from vllm_fleet.memory import (
     MAX_GPU_MEMORY_GIB,
     Device,
     Settings,
+    chunked_local_attn_hybrid_kv,
     estimate,
     vllm_refusal,
 )
@@ -398,6 +399,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         enable_prefix_caching=args.enable_prefix_caching,
         **_option_settings(args),
+        chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(dict(args.env)),
     )
     nvlink = args.nvlink
     if nvlink is None:

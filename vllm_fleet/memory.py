@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -244,6 +244,10 @@ class Settings:
     draft_spec: ModelSpec | None = None
     cpu_offload_gb: float = 0.0
     enable_prefix_caching: bool | None = None
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE (vllm/envs.py, "1" by default in 0.32):
+    # with 0, VllmConfig.__post_init__ turns the hybrid KV cache manager off for models with
+    # chunked local attention (Llama 4), and every layer then keeps the whole sequence.
+    chunked_local_attn_hybrid_kv: bool = True
 
     def validate(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
@@ -1008,11 +1012,12 @@ def _mamba_state_bytes(spec: ModelSpec, tp: int, db: float) -> int:
 class _KvGroup:
     """One KV cache group (KVCacheGroupSpec): layers sharing a block table."""
 
-    kind: str  # "full", "sliding" or "mamba"
+    kind: str  # "full", "sliding", "chunked" or "mamba"
     layers: tuple[int, ...]
     page_bytes: int  # one block of one layer (after the page sizes are unified)
     block: int  # tokens per block
     window: int = 0
+    chunk: int = 0  # attention_chunk_size of a "chunked" group (ChunkedLocalAttentionSpec)
 
 
 @dataclass(frozen=True)
@@ -1034,17 +1039,23 @@ class _KvLayout:
     def blocks_per_request(self, length: int, acct: Accounting) -> int:
         """``get_max_concurrency_for_kv_cache_config``: the sum over groups of
         cdiv(max_memory_usage_bytes, page_size_bytes) for a request of ``length`` tokens."""
-        total = 0
-        for g in self.groups:
-            if g.kind == "mamba":
-                # MambaSpec.max_memory_usage_bytes: 2 blocks in "align" mode, else 1.
-                total += 2 if self.mamba_mode == "align" else 1
-            elif g.kind == "sliding" and g.window:
-                # SlidingWindowSpec.max_admission_blocks_per_request.
-                total += _ceil_div(min(g.window - 1 + self.in_flight, length), g.block) + 1
-            else:
-                total += _ceil_div(length, g.block)
-        return total
+        return sum(self.group_blocks(g, length) for g in self.groups)
+
+    def group_blocks(self, g: _KvGroup, length: int) -> int:
+        """One group's blocks for a request of ``length`` tokens (its spec's
+        ``max_memory_usage_bytes`` / page)."""
+        if g.kind == "mamba":
+            # MambaSpec.max_memory_usage_bytes: 2 blocks in "align" mode, else 1.
+            return 2 if self.mamba_mode == "align" else 1
+        if g.kind == "sliding" and g.window:
+            # SlidingWindowSpec.max_admission_blocks_per_request.
+            return _ceil_div(min(g.window - 1 + self.in_flight, length), g.block) + 1
+        if g.kind == "chunked" and g.chunk:
+            # ChunkedLocalAttentionSpec.max_admission_blocks_per_request: one chunk plus the
+            # in-flight tokens (max_in_flight_tokens, as for sliding windows), never more than
+            # the request; no +1 (unlike a window, a chunk starts on a block boundary).
+            return _ceil_div(min(g.chunk + self.in_flight, length), g.block)
+        return _ceil_div(length, g.block)
 
     def attention_layers(self, layers: list[int]) -> int:
         here = set(layers)
@@ -1071,10 +1082,48 @@ def _group_layers(buckets: dict[tuple[str, int], list[int]]) -> list[tuple[str, 
     if max(sizes) < group_size * 1.5:
         group_size = max(sizes)
     out: list[tuple[str, int, tuple[int, ...]]] = []
-    for (kind, window), layers in buckets.items():
+    for (kind, size), layers in buckets.items():
         n = _ceil_div(len(layers), group_size)
-        out += [(kind, window, tuple(layers[i::n])) for i in range(n)]
+        out += [(kind, size, tuple(layers[i::n])) for i in range(n)]
     return out
+
+
+CHUNKED_HYBRID_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+
+
+def chunked_local_attn_hybrid_kv(env: Mapping[str, str]) -> bool:
+    """VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE as vllm/envs.py reads it:
+    ``bool(int(os.getenv(name, "1")))``; a value int() refuses stops vLLM at start-up."""
+    value = str(env.get(CHUNKED_HYBRID_ENV, "1")).strip()
+    try:
+        return bool(int(value))
+    except ValueError as exc:
+        raise PlanError(
+            f"--env {CHUNKED_HYBRID_ENV}", f"{value!r} is not an integer (vLLM reads it with int())", "use 0 or 1"
+        ) from exc
+
+
+def _chunked_as_full(spec: ModelSpec, settings: Settings) -> bool:
+    """Whether vLLM allocates Llama 4's chunked layers as full attention: the hybrid KV cache
+    manager is off (VllmConfig.__post_init__ turns it off for chunked local attention when
+    VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0; CUDA, ROCm and CPU all support it
+    otherwise) and the model also has full layers: ``unify_hybrid_kv_cache_specs`` /
+    ``_promote_local_kv_cache_specs`` then make every ChunkedLocalAttentionSpec a
+    FullAttentionSpec (a model of chunked layers only is uniform and keeps its spec)."""
+    types = {spec.layer_type(i) for i in range(spec.num_layers)}
+    return not settings.chunked_local_attn_hybrid_kv and {"chunked", "full"} <= types
+
+
+def _kv_kind(spec: ModelSpec, index: int, chunked_as_full: bool) -> str:
+    """The KV cache spec an attention layer asks for: "sliding" (SlidingWindowSpec),
+    "chunked" (ChunkedLocalAttentionSpec, unless ``unify_hybrid_kv_cache_specs`` promotes
+    it to full attention) or "full"."""
+    kind = spec.layer_type(index)
+    if kind == "sliding" and spec.sliding_window:
+        return "sliding"
+    if kind == "chunked" and spec.attention_chunk_size and not chunked_as_full:
+        return "chunked"
+    return "full"
 
 
 def _kv_layout(
@@ -1092,7 +1141,9 @@ def _kv_layout(
 ) -> _KvLayout:
     """The KV cache groups of the whole model (``get_kv_cache_groups``): one group when
     every layer has the same spec; otherwise one bucket per spec (full attention,
-    each sliding window, mamba) split into equal groups. ``draft_layers``: full-attention
+    each sliding window, each chunk size of chunked local attention, mamba) split into
+    equal groups; with ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0`` chunked
+    layers next to full ones join the full bucket. ``draft_layers``: full-attention
     layers of a speculative drafter with the target's page size (MTP modules), numbered
     after the target's layers; they join the last stage's pool (the runner's
     ``get_kv_cache_spec`` lists them with the target's)."""
@@ -1110,34 +1161,48 @@ def _kv_layout(
     page = token_bytes * block
     if mamba_layers and not attn_layers:
         page = state
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0: chunked layers promoted to full.
+    as_full = _chunked_as_full(spec, settings)
+    # The window (sliding) or chunk (chunked) a bucket's spec carries; 0 for the others.
+    sizes = {"sliding": spec.sliding_window, "chunked": spec.attention_chunk_size}
     if acct.engine == "v0" or not mamba_layers:
-        kinds = {spec.layer_type(i) for i in attn_layers} | ({"full"} if drafts else set())
+        kinds = {_kv_kind(spec, i, as_full) for i in attn_layers} | ({"full"} if drafts else set())
         if acct.engine == "v0" or len(kinds) == 1:
-            # One group: every layer keeps the whole sequence (V0 ignored windows when
-            # sizing; a uniform model has one group anyway).
+            # One group: every layer keeps the whole sequence (V0 ignored windows and chunks
+            # when sizing; a uniform model has one group anyway).
             only = "full" if acct.engine == "v0" else next(iter(kinds))
-            window = spec.sliding_window if only == "sliding" else 0
-            group = _KvGroup(only, tuple(attn_layers + drafts), page, block, window)
+            size = sizes.get(only, 0)
+            window, chunk = (size, 0) if only == "sliding" else (0, size)
+            group = _KvGroup(only, tuple(attn_layers + drafts), page, block, window, chunk)
             return _KvLayout((group,), block, token_bytes, in_flight=in_flight)
+    # get_kv_cache_groups: one bucket per spec (full, each sliding window, each chunk size,
+    # mamba), in the order the layers first ask for it.
     buckets: dict[tuple[str, int], list[int]] = {}
     for i in all_layers:
         if spec.has_attention(i) or not spec.is_hybrid:
-            kind = "sliding" if spec.layer_type(i) == "sliding" and spec.sliding_window else "full"
-            buckets.setdefault((kind, spec.sliding_window if kind == "sliding" else 0), []).append(i)
+            kind = _kv_kind(spec, i, as_full)
+            buckets.setdefault((kind, sizes.get(kind, 0)), []).append(i)
     if drafts:
         buckets.setdefault(("full", 0), []).extend(drafts)
     for i in mamba_layers:
         buckets.setdefault(("mamba", 0), []).append(i)
     mamba_block = block if mode == "align" else mml
     groups = tuple(
-        _KvGroup(kind, layers, page, mamba_block if kind == "mamba" else block, window)
-        for kind, window, layers in _group_layers(buckets)
+        _KvGroup(
+            kind,
+            layers,
+            page,
+            mamba_block if kind == "mamba" else block,
+            window=size if kind == "sliding" else 0,
+            chunk=size if kind == "chunked" else 0,
+        )
+        for kind, size, layers in _group_layers(buckets)
     )
     return _KvLayout(groups, block, token_bytes, state, mode, in_flight)
 
 
 def _kv_parts(
-    spec: ModelSpec, layout: _KvLayout, tp: int, acct: Accounting
+    spec: ModelSpec, layout: _KvLayout, tp: int, acct: Accounting, mml: int
 ) -> tuple[Callable[[list[int]], dict[str, float]], list[str]]:
     """The KV parts of a rank (``kv.*_bytes``) and one assumptions line each, for the
     models whose cache is more than one group of full attention."""
@@ -1185,6 +1250,14 @@ def _kv_parts(
             out["kv.attention_block_size"] = layout.block
         if spec.index_topk:
             out["kv.indexer_bytes_per_token"] = _indexer_bytes_per_token(spec) * layout.attention_layers(layers)
+        chunked = [g for g in layout.groups if g.kind == "chunked"]
+        if chunked:
+            # What one request of max_model_len holds in the rank's chunked groups: each
+            # group's blocks x its layers on the rank x one page.
+            here = set(layers)
+            out["kv.chunked_bytes_per_request"] = float(
+                sum(layout.group_blocks(g, mml) * sum(1 for i in g.layers if i in here) * g.page_bytes for g in chunked)
+            )
         return out
 
     return parts, lines
@@ -1402,7 +1475,11 @@ def _cuda_graph_bytes(
     LoRA capture cases (options.lora_graph_cases)."""
     if settings.enforce_eager or device.kind == "cpu" or not layers:
         return 0.0
-    graphs = 2 * len(_capture_sizes(seqs, tokens, query_len)) * cases  # piecewise + full decode graphs
+    # Piecewise + full decode graphs; ChunkedLocalAttention's metadata builder supports no
+    # CUDA graph (AttentionCGSupport.NEVER), so resolve_cudagraph_mode_and_sizes drops
+    # FULL_AND_PIECEWISE to PIECEWISE for a model with chunked layers.
+    chunked = any(spec.layer_type(i) == "chunked" for i in range(spec.num_layers))
+    graphs = (1 if chunked else 2) * len(_capture_sizes(seqs, tokens, query_len)) * cases
     return graphs * (len(layers) + extra_layers) * CUDA_GRAPH_MIB_PER_GRAPH_LAYER * MIB
 
 
@@ -1844,7 +1921,7 @@ def estimate(
     kv_tokens = _reported_tokens(layout, num_blocks, conc, mml, acct)
     fit_len = min(_max_len_fit(layout, s["blocks"], mml_cap, acct) for s in stage_info)
     reserve = 1 if acct.null_block_reserved else 0
-    kv_parts, kv_assumptions = _kv_parts(spec, layout, tp, acct)
+    kv_parts, kv_assumptions = _kv_parts(spec, layout, tp, acct, mml)
 
     ranks: list[RankMemory] = []
     for stage, info in enumerate(stage_info):
@@ -1959,7 +2036,41 @@ def estimate(
         assumptions=_moe_assumptions(spec, settings, moe, tokens, nvlink, smallest)
         + mm_assumptions
         + assumptions
-        + kv_assumptions,
+        + kv_assumptions
+        + _llama4_assumptions(spec, layout, settings),
         mm_serve_args=_mm_serve_args(settings) if spec.vision is not None or spec.vision_params else [],
         option_args=options.serve_args(settings),
     )
+
+
+def _llama4_assumptions(spec: ModelSpec, layout: _KvLayout, settings: Settings) -> list[str]:
+    """One line each for Llama 4's MoE layout and its chunked local attention."""
+    lines: list[str] = []
+    if spec.model_type.startswith("llama4") and spec.is_moe:
+        moe = sum(spec.is_moe_layer(i) for i in range(spec.num_layers))
+        lines.append(
+            f"Llama 4 MoE (Llama4DecoderLayer): {moe} of {spec.num_layers} layers MoE "
+            f"(interleave_moe_layer_step {spec.moe_layer_step}), {spec.num_experts} experts of "
+            f"{spec.moe_intermediate_size} + 1 shared expert, top-{spec.num_experts_per_tok}; "
+            f"dense layers intermediate_size_mlp {spec.intermediate_size}"
+        )
+    chunked = sum(spec.layer_type(i) == "chunked" for i in range(spec.num_layers))
+    if chunked:
+        if any(g.kind == "chunked" for g in layout.groups):
+            how = (
+                f"hold at most attention_chunk_size + {layout.in_flight:,} in-flight tokens per request and "
+                "chunked group (ChunkedLocalAttentionSpec.max_admission_blocks_per_request, hybrid KV cache manager)"
+            )
+        elif _chunked_as_full(spec, settings):
+            how = (
+                f"are allocated as full attention (hybrid KV cache manager off: {CHUNKED_HYBRID_ENV}=0, "
+                "unify_hybrid_kv_cache_specs)"
+            )
+        else:
+            how = "are allocated as full attention (one KV cache group)"
+        lines.append(
+            f"chunked local attention: {chunked} of {spec.num_layers} layers (the RoPE layers) attend within "
+            f"{spec.attention_chunk_size}-token chunks and {how}; CUDA graphs piecewise only "
+            "(the chunked backend supports no full graph)"
+        )
+    return lines

@@ -134,8 +134,8 @@ class ModelSpec:
     shared_expert_intermediate_size: int = 0
     first_dense_layers: int = 0
     moe_layer_step: int = 1
-    # Sliding window / hybrid attention: one entry per layer (see LAYER_KINDS): "full" or
-    # "sliding" attention, a "mamba" (SSM) or "linear_attention" (Gated DeltaNet) mixer,
+    # Sliding window / hybrid attention: one entry per layer: "full", "sliding" or "chunked"
+    # (Llama 4) attention, a "mamba" (SSM) or "linear_attention" (Gated DeltaNet) mixer,
     # "parallel" (Falcon-H1: attention and mamba side by side), or no mixer at all ("mlp",
     # "moe": Nemotron-H's MLP-only blocks).
     sliding_window: int = 0
@@ -165,6 +165,9 @@ class ModelSpec:
     index_topk: int = 0
     index_n_heads: int = 0
     index_head_dim: int = 0
+    # Chunked local attention (Llama 4's RoPE layers, layer type "chunked"): each such layer
+    # attends within blocks of this many tokens (vLLM's ChunkedLocalAttentionSpec); 0 = none.
+    attention_chunk_size: int = 0
     rope_dim: int = 0
     # Whether the attention layers hold a rotary cos/sin cache (Nemotron-H and Jamba use no
     # position embedding, Granite 4.0-H only with position_embedding_type "rope").
@@ -233,7 +236,7 @@ class ModelSpec:
         return any(t in ("mamba", "linear_attention", "parallel") for t in self.layer_types)
 
     def has_attention(self, index: int) -> bool:
-        return self.layer_type(index) in ("full", "sliding", "parallel")
+        return self.layer_type(index) in ("full", "sliding", "chunked", "parallel")
 
     def has_mamba(self, index: int) -> bool:
         return self.layer_type(index) in ("mamba", "linear_attention", "parallel")
@@ -798,6 +801,12 @@ def _spec_from_config(
         shared = 1
     if shared and not shared_inter:
         shared_inter = moe_inter * shared
+    chunk = 0
+    if model_type in ("llama4", "llama4_text"):
+        inter, moe_inter, experts, top_k, step, shared, shared_inter, layer_types, chunk = _llama4_text(
+            cfg, source, layers
+        )
+        first_dense, window = 0, 0
 
     rotary = _float(cfg, source, "partial_rotary_factor", 1.0, 0.0, 1.0)
     rope_dim = qk_rope or int(head_dim * rotary)
@@ -854,6 +863,7 @@ def _spec_from_config(
         sliding_window=window,
         layer_types=layer_types,
         **_mixer_fields(cfg, source, model_type, hidden, layer_types),
+        attention_chunk_size=chunk,
         rope_dim=rope_dim,
         rotary=model_type not in ("nemotron_h", "jamba")
         and (model_type != "granitemoehybrid" or cfg.get("position_embedding_type") == "rope"),
@@ -981,6 +991,68 @@ def _mixer_fields(
         mamba_n_groups=_int(cfg, source, "mamba_n_groups", default=1, minimum=1, maximum=MAX_HEADS),
     )
     return out
+
+
+def _llama4_text(
+    cfg: Mapping[str, Any], source: str, layers: int
+) -> tuple[int, int, int, int, int, int, int, tuple[str, ...], int]:
+    """Llama 4's text model as vLLM 0.32 builds it (``vllm/model_executor/models/llama4.py``), a
+    key config.json leaves out taking ``transformers.Llama4TextConfig``'s default, which is
+    what vLLM's loaded config holds:
+
+    * ``Llama4DecoderLayer``: a layer is MoE when ``interleave_moe_layer_step > 0`` and
+      ``(layer_idx + 1) % interleave_moe_layer_step == 0`` (config.json's ``moe_layers`` is not
+      read); the other layers are a ``LlamaMLP`` of ``intermediate_size_mlp``;
+    * ``Llama4MoE``: ``num_local_experts`` experts of ``intermediate_size``, top-k
+      ``num_experts_per_tok`` (1), a router, and one shared expert (``LlamaMLP`` of
+      ``intermediate_size``);
+    * ``Llama4Attention``: a layer with ``no_rope_layers[i] == 0`` has no RoPE and full
+      attention; the others use ``ChunkedLocalAttention`` when ``attention_chunk_size`` is set
+      (layer type "chunked"). ``no_rope_layers`` absent or empty: one NoPE layer every
+      ``no_rope_layer_interval`` (4) layers. Its QK norm is an ``RMSNorm(has_weight=False)``:
+      no parameters.
+
+    Returns (dense intermediate, expert intermediate, experts, top-k, MoE step, shared
+    experts, shared intermediate, layer types, chunk size)."""
+    experts = _int(cfg, source, "num_local_experts", default=16, maximum=MAX_EXPERTS)
+    top_k = _int(cfg, source, "num_experts_per_tok", default=1, maximum=MAX_EXPERTS)
+    if top_k > experts:
+        raise PlanError(
+            f"{source}:num_experts_per_tok",
+            f"{top_k} experts per token but the model has {experts} experts",
+            f"use at most {experts} (the router picks top-k of the experts)",
+        )
+    moe_inter = _int(cfg, source, "intermediate_size", default=8192, minimum=1, maximum=1 << 24)
+    dense_inter = _int(cfg, source, "intermediate_size_mlp", default=16384, minimum=1, maximum=1 << 24)
+    step = _int(cfg, source, "interleave_moe_layer_step", default=1, maximum=MAX_LAYERS)
+    if step == 0 or experts == 0:
+        experts, top_k, step = 0, 0, 1  # no layer builds Llama4MoE
+    # An absent key is transformers' default (8192); an explicit null turns chunking off.
+    chunk = _int(cfg, source, "attention_chunk_size", maximum=MAX_POSITIONS) if "attention_chunk_size" in cfg else 8192
+    raw = cfg.get("no_rope_layers")
+    if raw:
+        if not isinstance(raw, list) or len(raw) != layers:
+            raise PlanError(
+                f"{source}:no_rope_layers",
+                f"must be a list of {layers} flags (one per layer), got {_show(raw)}",
+                "write 0 for a NoPE (full attention) layer and 1 for a RoPE layer, or remove the key",
+            )
+        rope = [_as_int(v, f"{source}:no_rope_layers", 0, 1, "write 0 or 1 per layer") for v in raw]
+    else:
+        interval = _int(cfg, source, "no_rope_layer_interval", default=4, minimum=1, maximum=MAX_LAYERS)
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    types = tuple("chunked" if flag and chunk else "full" for flag in rope)
+    return (
+        dense_inter,
+        moe_inter,
+        experts,
+        top_k,
+        step,
+        (1 if experts else 0),
+        (moe_inter if experts else 0),
+        types,
+        chunk,
+    )
 
 
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|block)\.(\d+)\.")

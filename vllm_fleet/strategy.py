@@ -35,6 +35,7 @@ from vllm_fleet.memory import (
     Estimate,
     Settings,
     check_count,
+    chunked_local_attn_hybrid_kv,
     estimate,
     known_release,
     kv_heads_shard,
@@ -222,6 +223,7 @@ class _Planner:
             speculative_config=dict(w.speculative_config) if w.speculative_config is not None else None,
             draft_spec=w.draft_spec,
             cpu_offload_gb=w.cpu_offload_gb,
+            chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(w.extra_env),
         )
 
     def _estimate(
