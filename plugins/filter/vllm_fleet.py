@@ -5,6 +5,8 @@ No arithmetic lives here: every number comes from the ``vllm_fleet`` package.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -317,6 +319,20 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=32)
+def vllm_fleet_role_digest(role_path: str) -> str:
+    """sha256 of a role's own files (tasks, templates, files, vars, defaults; not its tests or
+    docs): part of the inputs a role's applied-state record keeps, so that a changed role
+    converges again on the next run even where its inputs are the same."""
+    root = Path(role_path)
+    sha = hashlib.sha256()
+    for part in ("defaults", "files", "handlers", "meta", "tasks", "templates", "vars"):
+        for path in sorted((root / part).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                sha.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return sha.hexdigest()
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -337,4 +353,5 @@ class FilterModule:
             "vllm_fleet_verify_table": vllm_fleet_verify_table,
             "vllm_fleet_verify_target": vllm_fleet_verify_target,
             "vllm_fleet_verify_rows": vllm_fleet_verify_rows,
+            "vllm_fleet_role_digest": vllm_fleet_role_digest,
         }

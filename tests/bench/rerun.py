@@ -144,6 +144,12 @@ def main() -> int:
         f"re-run: {len(rerun)} tasks, {len(ran)} ran somewhere ({len(rerun) - len(ran)} skipped everywhere); "
         f"{in_tasks:.1f} s in tasks, {again.seconds - in_tasks:.1f} s outside them (start-up, includes, between tasks)"
     )
+    print("\nthe re-run per play (tasks that ran / all, seconds in tasks):")
+    plays: dict[str, list[Task]] = {}
+    for task in rerun:
+        plays.setdefault(task.play, []).append(task)
+    for play, found in plays.items():
+        print(f"{sum(t.seconds for t in found):8.2f}  {sum(t.ran for t in found):3}/{len(found):<3}  {play}")
     print(f"\nthe re-run's {SLOWEST} slowest tasks:")
     print(f"{'seconds':>8}  task  [play]")
     for task in sorted(rerun, key=lambda t: t.seconds, reverse=True)[:SLOWEST]:
