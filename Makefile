@@ -20,7 +20,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit check test-hosts lint up down ssh bench bench-serve bench-rerun clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts lint up down ssh bench bench-serve bench-rerun clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ check: lint
 
 test: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --nodes $(NODES)
+
+# The planner against vLLM's own code (tests/oracle): in a venv with vLLM's CPU build, built once from the hosts' wheels.
+test-oracle: $(STAMP)
+	VLLM_FLEET_ORACLE_PYTHON="$$($(HOSTS) oracle | tail -1)" VLLM_FLEET_ORACLE_REQUIRED=1 $(BIN)/python -m pytest tests/oracle -q
 
 test-hosts: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes $(NODES)
