@@ -31,7 +31,7 @@ from vllm_fleet.errors import PlanError
 
 ROLES = Path(__file__).resolve().parents[1] / "roles"
 # The roles' own defaults for what the record needs of them (one place: the role).
-_RAY_KEYS = ("gcs_port", "config_dir", "auth", "version", "name", "venv", "volumes")
+_RAY_KEYS = ("gcs_port", "config_dir", "auth", "version", "name", "venv", "volumes", "metrics_export_port")
 _SERVER_KEYS = ("venv", "state_dir", "config_dir")
 SESSION_DIR = "/var/lib/vllm-fleet/ray-session"
 # Serving options the launches take from the settings (vllm_fleet/serve.py ServeOptions).
@@ -213,6 +213,14 @@ def node_record(
             launch["ipc"] = ""
 
     gateway = gateway_of(plan, settings)
+    addresses = dict(ctx.get("addresses") or {})
+    monitoring = monitoring_of(plan, settings, gateway, addresses, ray_vars)
+    serving_here = any(launch.get("serves") for launch in launches)
+    node_exporter = monitoring["enabled"] and (bool(launches) or monitoring["host"] == node)
+    dcgm = monitoring["enabled"] and not cpu and runtime == "container" and bool(launches)
+    monitor_ports = ({int(monitoring["node_exporter_port"])} if node_exporter and launches else set()) | (
+        {DCGM_PORT} if dcgm else set()
+    )
     return {
         "node": node,
         "runtime": runtime,
@@ -240,10 +248,32 @@ def node_record(
         "launches": launches,
         "gateway": {**gateway, "here": gateway["enabled"] and gateway["host"] == node},
         "verify": verify_plan(plan, settings, gateway),
+        # Day 2 (vllm_fleet/deploy.py monitoring_of): Prometheus on the monitoring host
+        # with the plan's scrape targets; a node exporter where vLLM runs (its address,
+        # behind the firewall) and on the monitoring host (loopback); DCGM on GPU nodes.
+        "monitoring": {
+            **monitoring,
+            "here": monitoring["enabled"] and monitoring["host"] == node,
+            "node_exporter": node_exporter,
+            "node_exporter_listen": (
+                f"{_address(plan, node, addresses)}:{monitoring['node_exporter_port']}"
+                if launches
+                else f"127.0.0.1:{monitoring['node_exporter_port']}"
+            ),
+            "dcgm": dcgm,
+        },
+        # The node's watchdog (vllm_server): a serving launch whose /health stops answering
+        # (alive but hung) is killed and restarted; a multi-node group follows its head.
+        "watchdog": {
+            "enabled": bool(settings.get("watchdog", True)) and serving_here,
+            "interval": int(settings.get("watchdog_interval") or 2),
+            "failures": int(settings.get("watchdog_failures") or 3),
+        },
+        "rolling": rolling_of(plan, settings, gateway),
         "served_model_name": served_name(plan),
         "model_path": path,
         "build_model": path if settings.get("build_model") else None,
-        "firewall_sources": _sources(plan, here, gateway, ctx.get("addresses") or {}),
+        "firewall_sources": _sources(plan, here, gateway, addresses, monitoring),
         # Where the roles keep what they started (read back by the preview, playbooks/preview.yml).
         "paths": {
             "vllm_state_dir": server_vars["state_dir"],
@@ -254,13 +284,16 @@ def node_record(
         # Ports the members of a multi-node instance use between them (vLLM's master and
         # DP RPC ports, the group wrapper's presence port), next to each launch's API port.
         "firewall_ports": sorted(
-            {
-                int(settings.get("master_port") or 29501),
-                int(settings.get("master_port") or 29501) + 1,
-                int(settings.get("dp_rpc_port") or 13345),
-            }
-            if any(len(i["nodes"]) > 1 for i in here)
-            else set()
+            (
+                {
+                    int(settings.get("master_port") or 29501),
+                    int(settings.get("master_port") or 29501) + 1,
+                    int(settings.get("dp_rpc_port") or 13345),
+                }
+                if any(len(i["nodes"]) > 1 for i in here)
+                else set()
+            )
+            | monitor_ports
         ),
     }
 
@@ -337,9 +370,110 @@ def verify_plan(
 
 
 def _sources(
-    plan: dict[str, Any], here: list[dict[str, Any]], gateway: dict[str, Any], addresses: dict[str, str]
+    plan: dict[str, Any],
+    here: list[dict[str, Any]],
+    gateway: dict[str, Any],
+    addresses: dict[str, str],
+    monitoring: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Who may reach this node's vLLM ports: its instances' members and the gateway host."""
+    """Who may reach this node's vLLM ports: its instances' members, the gateway host and
+    (metrics, node exporter) the monitoring host."""
     names = {n for i in here for n in i["nodes"]} | {gateway["host"]}
+    if monitoring and monitoring["enabled"]:
+        names.add(monitoring["host"])
+    return sorted({_address(plan, n, addresses) for n in names})
+
+
+def _address(plan: dict[str, Any], node: str, addresses: dict[str, str]) -> str:
     by_name = {n["name"]: n.get("address") for n in plan.get("nodes") or []}
-    return sorted({str(by_name.get(n) or addresses.get(n) or n) for n in names})
+    return str(by_name.get(node) or addresses.get(node) or node)
+
+
+# DCGM exporter's port (a container on GPU nodes); Prometheus and the exporters' defaults.
+DCGM_PORT = 9400
+NGINX_EXPORTER_PORT = 9113
+
+
+def monitoring_of(
+    plan: dict[str, Any],
+    settings: dict[str, Any],
+    gateway: dict[str, Any],
+    addresses: dict[str, str],
+    ray_vars: dict[str, Any],
+) -> dict[str, Any]:
+    """Whether Prometheus runs, where, and what it scrapes: every instance's /metrics (its
+    API port), Ray's metrics export port on every Ray node, the gateway (nginx exporter on
+    the monitoring host, reading the gateway's stub_status), the node exporters and, on GPU
+    nodes with the container runtime, DCGM. ``vllm_fleet_monitoring: auto`` turns it on
+    for a cluster of several instances behind the gateway."""
+    wish = str(settings.get("monitoring") or "auto")
+    several = bool(plan["gateway"]["enabled"])  # the planner's own choice: several instances
+    enabled = several and bool(gateway["enabled"]) if wish == "auto" else wish == "true"
+    names = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
+    host = str(settings.get("monitoring_host") or (gateway["host"] if gateway["enabled"] else names[0]))
+    exporter_port = int(settings.get("node_exporter_port") or 9100)
+    model = served_name(plan)
+    serving = sorted({n for i in plan["instances"] for n in i["nodes"]})
+    targets: dict[str, list[dict[str, Any]]] = {
+        "vllm": [
+            {"target": str(i["endpoint"]), "labels": {"vllm_instance": i["name"], "model": model}}
+            for i in plan["instances"]
+        ],
+        "node": [{"target": f"{_address(plan, n, addresses)}:{exporter_port}", "labels": {"node": n}} for n in serving]
+        + ([] if host in serving else [{"target": f"127.0.0.1:{exporter_port}", "labels": {"node": host}}]),
+        "ray": [],
+        "gateway": [],
+        "dcgm": [],
+    }
+    ray_nodes = sorted({n for i in plan["instances"] if i["executor"] == "ray" for n in i["nodes"]})
+    if settings.get("ray") == "always":
+        ray_nodes = serving
+    targets["ray"] = [
+        {"target": f"{_address(plan, n, addresses)}:{int(ray_vars['metrics_export_port'])}", "labels": {"node": n}}
+        for n in ray_nodes
+    ]
+    if gateway["enabled"]:
+        targets["gateway"] = [{"target": f"127.0.0.1:{NGINX_EXPORTER_PORT}", "labels": {"gateway": gateway["host"]}}]
+    runtime = str(settings.get("runtime") or "container")
+    gpu_nodes = sorted({n for i in plan["instances"] if i.get("device") != "cpu" for n in i["nodes"]})
+    if runtime == "container":
+        targets["dcgm"] = [
+            {"target": f"{_address(plan, n, addresses)}:{DCGM_PORT}", "labels": {"node": n}} for n in gpu_nodes
+        ]
+    gw_address = "127.0.0.1" if gateway["host"] == host else _address(plan, gateway["host"], addresses)
+    return {
+        "enabled": enabled,
+        "host": host,
+        "port": int(settings.get("monitoring_port") or 9090),
+        "scrape_interval": int(settings.get("monitoring_scrape_interval") or 15),
+        "node_exporter_port": exporter_port,
+        "nginx_exporter_port": NGINX_EXPORTER_PORT,
+        # The gateway's stub_status, which nginx answers only to loopback and this address.
+        "gateway_status_url": f"http://{gw_address}:{gateway['port']}/vllm-fleet-nginx-status",
+        "source": _address(plan, host, addresses),
+        "targets": targets if enabled else {},
+    }
+
+
+def rolling_of(plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str, Any]) -> dict[str, Any]:
+    """How the serve phase restarts running replicas: a batch of nodes at a time, each
+    drained from the gateway first, when there is a gateway, at least two replicas and
+    every replica on one node (a multi-node group restarts as one unit, all its nodes at
+    once); otherwise every node at once."""
+    instances = plan["instances"]
+    single = all(len(i["nodes"]) == 1 for i in instances)
+    replicas = len(gateway["upstreams"])
+    if not gateway["enabled"]:
+        reason = "no gateway: nothing to drain, nodes restart at once"
+    elif replicas < 2:
+        reason = "one replica: it restarts in place (there is no other to serve meanwhile)"
+    elif not single:
+        reason = "a replica spans several nodes: its group restarts as one unit, all nodes at once"
+    else:
+        reason = f"{replicas} replicas: {int(settings.get('rolling_batch') or 1)} node(s) at a time, drained first"
+    return {
+        "enabled": gateway["enabled"] and replicas >= 2 and single,
+        "batch": int(settings.get("rolling_batch") or 1),
+        "drain_timeout": int(settings.get("drain_timeout") or 120),
+        "reason": reason,
+    }
