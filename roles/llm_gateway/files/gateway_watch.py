@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Active health checks for the gateway: nginx's own checks are passive, so a replica
+that is alive but hung (it accepts connections, never answers) would hold requests
+until the read timeout. This watcher asks every upstream's /health each interval and
+writes nginx's upstream list: a replica that failed ``fall`` checks in a row is marked
+``down`` (out of rotation), one that then passed ``rise`` checks in a row is back.
+
+A drained replica (a file named after it in the drain folder, written by the rolling
+restart of the serve phase) is marked ``down`` too: nginx sends it no new request, and
+the requests it already serves finish (nginx's reload is graceful).
+
+On every change it rewrites the upstream file and sends nginx's master SIGHUP. Each
+round it writes a status file (JSON: every upstream's state, since when, its failed
+checks) that the rolling restart and `vllm-fleet status` read. Stdlib only.
+
+    gateway_watch.py --config watch.json [--once]
+
+--once: one round of checks, write the upstream file, no reload, exit (the role runs it
+before nginx starts, so that nginx never starts without its upstream list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+UP, EJECTED, DRAINED = "up", "ejected", "drained"
+
+
+def say(text: str) -> None:
+    print(f"vllm-fleet gateway watch: {text}", flush=True)
+
+
+def healthy(upstream: str, timeout: float) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{upstream}/health", timeout=timeout) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+class Watch:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.upstreams: list[str] = list(config["upstreams"])
+        self.interval = float(config.get("interval", 1))
+        self.timeout = float(config.get("timeout", 2))
+        self.fall = int(config.get("fall", 2))
+        self.rise = int(config.get("rise", 2))
+        self.server_args = str(config.get("server_args", ""))
+        self.conf = Path(config["upstream_conf"])
+        self.drain = Path(config["drain_dir"])
+        self.status = Path(config["status"])
+        self.pidfile = Path(config["pidfile"])
+        now = time.time()
+        # Every upstream starts in rotation: the serve phase waited for it to be healthy.
+        self.state: dict[str, dict[str, Any]] = {
+            u: {"state": UP, "since": now, "fails": 0, "passes": 0, "healthy": None} for u in self.upstreams
+        }
+
+    def drained(self) -> set[str]:
+        try:
+            return {p.name for p in self.drain.iterdir()} & set(self.upstreams)
+        except OSError:
+            return set()
+
+    def check(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(self.upstreams) or 1)) as pool:
+            results = dict(zip(self.upstreams, pool.map(lambda u: healthy(u, self.timeout), self.upstreams)))
+        drained, now = self.drained(), time.time()
+        for upstream, ok in results.items():
+            st = self.state[upstream]
+            st["healthy"] = ok
+            st["fails"] = 0 if ok else st["fails"] + 1
+            st["passes"] = st["passes"] + 1 if ok else 0
+            old = st["state"]
+            if upstream in drained:
+                new = DRAINED
+            elif old == UP and st["fails"] >= self.fall:
+                new = EJECTED
+            elif old == EJECTED and st["passes"] >= self.rise:
+                new = UP
+            elif old == DRAINED:
+                # Undrained: back only once it answers (it may have just restarted).
+                new = UP if ok else EJECTED
+            else:
+                new = old
+            if new != old:
+                st["state"], st["since"] = new, now
+                why = {
+                    EJECTED: f"{st['fails']} failed health check(s) in a row",
+                    DRAINED: "drained for a restart",
+                    UP: f"{st['passes']} passed health check(s) in a row",
+                }[new]
+                say(f"{upstream}: {old} -> {new} ({why})")
+
+    def render(self) -> str:
+        lines = ["# Written by gateway_watch.py (vllm-fleet): the replicas and which are in rotation."]
+        for upstream in self.upstreams:
+            st = self.state[upstream]
+            if st["state"] == UP:
+                lines.append(f"server {upstream} {self.server_args};".replace(" ;", ";"))
+            else:
+                lines.append(f"server {upstream} down;  # {st['state']}")
+        return "\n".join(lines) + "\n"
+
+    def write(self, *, reload: bool) -> bool:
+        text = self.render()
+        try:
+            same = self.conf.read_text() == text
+        except OSError:
+            same = False
+        if not same:
+            write_atomic(self.conf, text)
+            if reload:
+                self.reload()
+        status = {
+            "updated": time.time(),
+            "upstreams": {u: {k: v for k, v in st.items() if k != "passes"} for u, st in self.state.items()},
+        }
+        write_atomic(self.status, json.dumps(status, indent=1, sort_keys=True) + "\n")
+        return not same
+
+    def reload(self) -> None:
+        try:
+            pid = int(self.pidfile.read_text().strip())
+            os.kill(pid, signal.SIGHUP)
+        except (OSError, ValueError) as exc:
+            say(f"cannot reload nginx ({self.pidfile}: {exc}); it picks the list up at its next start")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--once", action="store_true")
+    args = parser.parse_args(argv)
+    watch = Watch(json.loads(args.config.read_text()))
+    stop = False
+
+    def _stop(_sig: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    if args.once:
+        watch.check()
+        # A replica that does not answer yet (it may still be loading) stays in rotation
+        # here: nginx's passive checks cover it, and the service's first rounds decide.
+        for st in watch.state.values():
+            if st["state"] == EJECTED:
+                st["state"] = UP
+        changed = watch.write(reload=False)
+        print("changed" if changed else "unchanged")
+        return 0
+    say(f"watching {len(watch.upstreams)} replica(s) every {watch.interval:g} s (fall {watch.fall}, rise {watch.rise})")
+    while not stop:
+        started = time.monotonic()
+        watch.check()
+        watch.write(reload=True)
+        time.sleep(max(0.0, watch.interval - (time.monotonic() - started)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

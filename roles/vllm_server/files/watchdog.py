@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The node's watchdog for hung vLLM launches: a process that crashed is restarted by
+its supervisor (systemd's Restart=, Docker's restart policy), but one that is alive and
+hung (a stuck engine, a stopped process) keeps its port and never exits. This asks each
+serving launch's /health every interval; after ``failures`` failed checks in a row it
+kills the launch and starts it again. A multi-node group follows its head: the group
+wrapper (group.py) of every member sees the head go and restarts its rank with it.
+
+A launch is watched only once it answered after its (re)start: vLLM loads and profiles
+for minutes first, which the role's start-up wait covers. A launch that is not running
+(stopped by the operator or the role) is left alone. Stdlib only.
+
+    watchdog.py --config watchdog.json
+
+watchdog.json: {"interval": S, "timeout": S, "failures": N, "status": PATH,
+                "launches": [{"name": N, "url": URL, "runtime": "systemd"|"container", "unit": UNIT}]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+def say(text: str) -> None:
+    print(f"vllm-fleet watchdog: {text}", flush=True)
+
+
+def healthy(url: str, timeout: float) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _out(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60).stdout.strip()
+
+
+def generation(launch: dict[str, Any]) -> str | None:
+    """What identifies this start of the launch (None: not running)."""
+    if launch["runtime"] == "container":
+        out = _out(["docker", "inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}", launch["unit"]])
+        running, _, started = out.partition(" ")
+        return started if running == "true" else None
+    props = dict(
+        line.split("=", 1)
+        for line in _out(["systemctl", "show", "-p", "ActiveState", "-p", "MainPID", launch["unit"]]).splitlines()
+        if "=" in line
+    )
+    if props.get("ActiveState") != "active" or props.get("MainPID", "0") == "0":
+        return None
+    return props["MainPID"]
+
+
+def restart(launch: dict[str, Any]) -> None:
+    if launch["runtime"] == "container":
+        _out(["docker", "restart", "--time", "0", launch["unit"]])
+        return
+    # SIGKILL reaches a stopped process too (SIGTERM would wait for SIGCONT); every process
+    # of the unit goes (vLLM's engine and workers are its children).
+    _out(["systemctl", "kill", "--signal=SIGKILL", launch["unit"]])
+    _out(["systemctl", "restart", launch["unit"]])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--config", type=Path, required=True)
+    args = parser.parse_args(argv)
+    config = json.loads(args.config.read_text())
+    interval, timeout = float(config.get("interval", 2)), float(config.get("timeout", 3))
+    failures = int(config.get("failures", 3))
+    status_path = Path(config["status"]) if config.get("status") else None
+    launches: list[dict[str, Any]] = list(config["launches"])
+    state = {launch["name"]: {"gen": None, "watched": False, "fails": 0, "restarts": 0} for launch in launches}
+    stop = False
+
+    def _stop(_sig: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    say(f"watching {len(launches)} launch(es) every {interval:g} s; {failures} failed checks in a row restart one")
+    while not stop:
+        started = time.monotonic()
+        for launch in launches:
+            st = state[launch["name"]]
+            gen = generation(launch)
+            if gen is None or gen != st["gen"]:
+                # Not running, or started again (by the role, systemd or us): wait for its first answer.
+                st.update(gen=gen, watched=False, fails=0)
+                if gen is None:
+                    continue
+            if healthy(launch["url"], timeout):
+                if not st["watched"]:
+                    say(f"{launch['name']}: answers /health; watching it")
+                st.update(watched=True, fails=0)
+                continue
+            if not st["watched"]:
+                continue
+            st["fails"] += 1
+            if st["fails"] >= failures:
+                say(
+                    f"{launch['name']}: /health did not answer {st['fails']} times in a row "
+                    f"({timeout:g} s each) while the process runs: hung; killing and restarting it"
+                )
+                restart(launch)
+                st.update(gen=generation(launch), watched=False, fails=0, restarts=st["restarts"] + 1)
+        if status_path is not None:
+            tmp = status_path.with_name(f".{status_path.name}.tmp")
+            tmp.write_text(json.dumps({"updated": time.time(), "launches": state}, sort_keys=True) + "\n")
+            os.replace(tmp, status_path)
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
