@@ -273,6 +273,46 @@ def compare(predicted: int, reported: int | None) -> dict[str, Any]:
     return {"predicted": predicted, "reported": reported, "ratio": round(ratio, 4), "verdict": verdict}
 
 
+NOT_REPORTED = "not reported"
+
+
+def compare_blocks(predicted: int, reported: int | None) -> dict[str, Any]:
+    """:func:`compare` on KV blocks; no figure from vLLM is "not reported" (an older
+    release, metrics off), which verify shows but never fails on."""
+    out = compare(predicted, reported)
+    if reported is None and predicted > 0:
+        out["verdict"] = NOT_REPORTED
+    return out
+
+
+def predicted_blocks(instance: dict[str, Any]) -> int:
+    """The KV blocks the plan predicts vLLM reports for ``instance``: the estimate's
+    ``num_gpu_blocks`` (one engine; with PP already the smallest stage's, as
+    get_kv_cache_configs gives every worker the minimum over workers) times its DP
+    engines, as the front end sums the engines' blocks into its own cache config
+    (core_client ``_apply_ready_response``), which is what /metrics shows."""
+    blocks = int((instance.get("memory") or {}).get("num_gpu_blocks") or 0)
+    return blocks * max(1, int(instance.get("data_parallel_size") or 1))
+
+
+def reported_blocks(per_engine: dict[str, int] | None) -> int | None:
+    """The blocks one front end reports from the probe's ``{engine: num_gpu_blocks}``.
+    Every engine's ``vllm:cache_config_info`` sample carries the front end's one cache
+    config, whose num_gpu_blocks is already the sum over its DP engines: the samples
+    agree, so adding them would count the engines again. The largest is taken."""
+    if not per_engine:
+        return None
+    return max(int(v) for v in per_engine.values())
+
+
+def _blocks_cell(blocks: dict[str, Any] | None) -> str:
+    if not blocks or not blocks.get("predicted"):
+        return "-"
+    if blocks.get("reported") is None:
+        return NOT_REPORTED
+    return f"{blocks['reported']:,}/{blocks['predicted']:,} {blocks['verdict']}"
+
+
 def verify_table(rows: list[dict[str, Any]]) -> str:
     """The summary verify prints: one line per endpoint checked."""
     headers = [
@@ -287,6 +327,7 @@ def verify_table(rows: list[dict[str, Any]]) -> str:
         "KV predicted",
         "KV reported",
         "ratio",
+        "blocks (vLLM/plan)",
     ]
     body = []
     for r in rows:
@@ -305,6 +346,7 @@ def verify_table(rows: list[dict[str, Any]]) -> str:
                 f"{kv['predicted']:,}" if kv.get("predicted") else "-",
                 f"{kv['reported']:,}" if kv.get("reported") else "-",
                 f"{kv['ratio']:.3f}" if kv.get("ratio") is not None else "-",
+                _blocks_cell(r.get("blocks")),
             ]
         )
     return format_table(headers, body)
@@ -323,19 +365,22 @@ def layout(instance: dict[str, Any]) -> str:
 
 
 def verify_target(instance: dict[str, Any], model: str) -> dict[str, Any]:
-    """What verify probes for one instance: its head's endpoint, directly."""
+    """What verify probes for one instance: its head's endpoint, directly, and the
+    KV blocks the plan predicts its /metrics reports."""
     return {
         "endpoint": instance["endpoint"],
         "via": "direct",
         "name": instance["name"],
         "layout": layout(instance),
         "model": model,
+        "predicted_blocks": predicted_blocks(instance),
     }
 
 
 def verify_rows(probes: list[dict[str, Any]], reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The probe's results with each instance's KV report (by instance name) attached;
-    the gateway row gets the sum over its instances."""
+    """The probe's results with each instance's KV report (by instance name) and KV
+    blocks (``blocks``: the plan's against /metrics') attached; the gateway row gets the
+    sums over its instances."""
     by_instance = {r["instance"]: r for r in reports}
     rows = []
     for probe in probes:
@@ -345,7 +390,17 @@ def verify_rows(probes: list[dict[str, Any]], reports: list[dict[str, Any]]) -> 
             predicted = sum(k["predicted"] for k in kvs)
             reported = sum(k["reported"] for k in kvs) if kvs and all(k["reported"] for k in kvs) else None
             row["kv"] = compare(predicted, reported) if kvs else None
-        elif probe.get("name") in by_instance:
-            row["kv"] = by_instance[probe["name"]]["kv"]
+        else:
+            if probe.get("name") in by_instance:
+                row["kv"] = by_instance[probe["name"]]["kv"]
+            if probe.get("predicted_blocks"):
+                row["blocks"] = compare_blocks(int(probe["predicted_blocks"]), reported_blocks(probe.get("gpu_blocks")))
         rows.append(row)
+    direct = [r["blocks"] for r in rows if r.get("via") != "gateway" and r.get("blocks")]
+    for row in rows:
+        if row.get("via") == "gateway" and direct:
+            known = all(b["reported"] is not None for b in direct)
+            row["blocks"] = compare_blocks(
+                sum(b["predicted"] for b in direct), sum(b["reported"] for b in direct) if known else None
+            )
     return rows

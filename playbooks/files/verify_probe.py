@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """verify.yml's probe: for each target, /health, /v1/models, one /v1/completions
-and one streamed /v1/chat/completions (time to the first token). Stdlib only;
-runs on a node that reaches every endpoint.
+and one streamed /v1/chat/completions (time to the first token); for a direct
+target also /metrics, for the KV blocks vLLM allocated. Stdlib only; runs on a
+node that reaches every endpoint.
 
     echo "$KEY" | verify_probe.py TARGETS_JSON
     TARGETS_JSON: [{"endpoint": "host:port", "via": "gateway|direct", "model": NAME}, ...]
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -48,6 +50,87 @@ def request(
         conn.close()
 
 
+# What a streamed chat chunk's delta carries once the model produced its first token:
+# text, reasoning (vLLM 0.32's DeltaMessage.reasoning; ``reasoning_content`` before
+# its rename) or a tool call. A first chunk with only ``role`` is no token yet.
+TOKEN_FIELDS = ("content", "reasoning", "reasoning_content", "tool_calls")
+DONE = "[DONE]"
+
+
+def sse_event(line: bytes) -> dict[str, Any] | str | None:
+    """One line of a Server-Sent Events stream: the chunk of a ``data:`` line as a dict,
+    ``DONE`` for ``data: [DONE]``, None for anything else (blank lines, comments,
+    ``event:``/``id:`` fields). Invalid JSON raises ValueError."""
+    line = line.strip()
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
+    if data == DONE.encode():
+        return DONE
+    event = json.loads(data)
+    if not isinstance(event, dict):
+        raise ValueError(f"a stream chunk that is not an object: {data[:80]!r}")
+    return event
+
+
+def carries_token(event: dict[str, Any]) -> bool:
+    """Whether a chat completion chunk holds the first token: any choice whose delta has
+    non-empty content, reasoning, reasoning_content or tool_calls."""
+    for choice in event.get("choices") or []:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and any(delta.get(k) for k in TOKEN_FIELDS):
+            return True
+    return False
+
+
+# One sample of vLLM's info gauge (PrometheusStatLogger.log_metrics_info, "cache_config"):
+# ``vllm:cache_config_info{block_size="16",...,engine="0",...,num_gpu_blocks="2048",...} 1.0``.
+CACHE_INFO = "vllm:cache_config_info"
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
+
+
+def metric_labels(text: str, name: str) -> list[dict[str, str]]:
+    """The label sets of every sample of metric ``name`` in a Prometheus text exposition."""
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith(name + "{"):
+            continue
+        body = line[len(name) + 1 :]
+        end = body.rfind("}")
+        if end < 0:
+            continue
+        found.append({k: _unescape(v) for k, v in _LABEL.findall(body[:end])})
+    return found
+
+
+def gpu_blocks(text: str) -> dict[str, int] | None:
+    """``num_gpu_blocks`` of each engine's ``vllm:cache_config_info`` sample ({engine: blocks}),
+    or None when no sample has a number there (no such metric, or before the KV cache exists)."""
+    out: dict[str, int] = {}
+    for labels in metric_labels(text, CACHE_INFO):
+        blocks = labels.get("num_gpu_blocks", "")
+        if blocks.isdigit():
+            out[labels.get("engine", "")] = int(blocks)
+    return out or None
+
+
+def read_blocks(endpoint: str, key: str = "") -> tuple[dict[str, int] | None, str]:
+    """The blocks of ``endpoint``'s /metrics, and why there are none ("" when there are)."""
+    try:
+        status, body = request(endpoint, "GET", "/metrics", key=key)
+    except (OSError, ValueError, http.client.HTTPException) as err:
+        return None, f"{type(err).__name__}: {err}"
+    if status != 200:
+        return None, f"/metrics: HTTP {status}"
+    blocks = gpu_blocks(body.decode("utf-8", "replace"))
+    return blocks, "" if blocks else f"/metrics has no {CACHE_INFO} with num_gpu_blocks"
+
+
 def stream_chat(endpoint: str, model: str, key: str = "") -> tuple[bool, float | None, str]:
     host, port = endpoint.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
@@ -71,16 +154,13 @@ def stream_chat(endpoint: str, model: str, key: str = "") -> tuple[bool, float |
             line = resp.readline()
             if not line:
                 break
-            line = line.strip()
-            if not line.startswith(b"data:"):
+            event = sse_event(line)
+            if event is None:
                 continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
+            if event == DONE:
                 done = True
                 break
-            event = json.loads(data)
-            delta = (event.get("choices") or [{}])[0].get("delta", {})
-            if first is None and (delta.get("content") or delta.get("reasoning_content")):
+            if first is None and isinstance(event, dict) and carries_token(event):
                 first = time.monotonic() - started
             chunks += 1
     except (OSError, ValueError, http.client.HTTPException) as err:
@@ -124,12 +204,20 @@ def probe(target: dict[str, Any], key: str = "") -> dict[str, Any]:
     result["first_token_s"] = None if first is None else round(first, 4)
     if error:
         result["errors"].append(f"streamed chat: {error}")
+    if target.get("via") == "direct":
+        # The gateway answers for one upstream at a time: blocks come from each instance.
+        # No metric is "not reported", never a failure: it leaves ``ok`` alone.
+        result["gpu_blocks"], why = read_blocks(endpoint, key)
+        if why:
+            result["blocks_note"] = why
     for name in ("health", "models", "completion"):
         result.setdefault(name, False)
     result["ok"] = all(result[k] for k in ("health", "models", "completion", "stream"))
     if key:  # no error message may quote the key (a server echoing the header, say)
         for shown in {key, repr(key)[1:-1]}:
             result["errors"] = [e.replace(shown, "<key>") for e in result["errors"]]
+            if "blocks_note" in result:
+                result["blocks_note"] = result["blocks_note"].replace(shown, "<key>")
     return result
 
 

@@ -16,7 +16,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import deploy, doctor, interface, preview, serve
+from vllm_fleet import deploy, doctor, interface, nccl, preview, serve
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_inventory
 from vllm_fleet.facts import host_facts
@@ -218,6 +218,16 @@ def vllm_fleet_verify_rows(probes: list[dict[str, Any]], reports: list[dict[str,
     return serve.verify_rows(probes, reports)
 
 
+def vllm_fleet_nccl_check(log: str, facts: dict[str, Any] | None = None, node: str = "") -> dict[str, Any]:
+    """The transports an ``NCCL_DEBUG=INFO`` log shows (vllm_fleet/nccl.py parse) against what the
+    node's gpu_facts promise: ``{"ok", "transport": {inter_node, gdrdma, intra_node, ...},
+    "check": {name, status, detail, fix}}``. ``ok`` is false only when NCCL fell back to sockets
+    on a node with an active IB/RoCE port."""
+    if facts is not None and not isinstance(facts, dict):
+        raise AnsibleFilterError("vllm_fleet_nccl_check: facts must be the node's gpu_facts dict")
+    return nccl.verdict(str(log or ""), dict(facts or {}), str(node or ""))
+
+
 def vllm_fleet_node(
     plan: dict[str, Any], node: str, settings: dict[str, Any], context: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -353,5 +363,6 @@ class FilterModule:
             "vllm_fleet_verify_table": vllm_fleet_verify_table,
             "vllm_fleet_verify_target": vllm_fleet_verify_target,
             "vllm_fleet_verify_rows": vllm_fleet_verify_rows,
+            "vllm_fleet_nccl_check": vllm_fleet_nccl_check,
             "vllm_fleet_role_digest": vllm_fleet_role_digest,
         }

@@ -12,7 +12,18 @@ from tests.conftest import FIXTURES
 from vllm_fleet.cluster import cluster_from_data, load_cluster
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import load_model
-from vllm_fleet.serve import compare, cpu_binding, kv_report, launches, verify_rows, verify_table
+from vllm_fleet.serve import (
+    compare,
+    compare_blocks,
+    cpu_binding,
+    kv_report,
+    launches,
+    predicted_blocks,
+    reported_blocks,
+    verify_rows,
+    verify_table,
+    verify_target,
+)
 from vllm_fleet.strategy import Wishes, choose_executor, plan_cluster
 
 
@@ -234,6 +245,63 @@ def test_compare_and_table() -> None:
     table = verify_table(rows).splitlines()
     assert table[0].split()[:3] == ["endpoint", "via", "layout"]
     assert "FAIL" in table[3] and "50 ms" in table[2] and "1,010" in table[3]
+
+
+def test_compare_blocks_reuses_the_5_percent_rule_and_names_a_missing_figure() -> None:
+    assert compare_blocks(1000, 1049) == {"predicted": 1000, "reported": 1049, "ratio": 1.049, "verdict": "match"}
+    assert compare_blocks(1000, 1051)["verdict"] == "over" and compare_blocks(1000, 949)["verdict"] == "under"
+    assert compare_blocks(1000, None) == {"predicted": 1000, "reported": None, "ratio": None, "verdict": "not reported"}
+    assert compare_blocks(0, 5)["verdict"] == "unknown"  # nothing predicted
+
+
+def test_reported_blocks_takes_the_front_ends_one_figure() -> None:
+    # With DP every engine's sample carries the front end's sum: adding them would double it.
+    assert reported_blocks({"0": 4096, "1": 4096}) == 4096
+    assert reported_blocks({"0": 2048}) == 2048
+    assert reported_blocks(None) is None and reported_blocks({}) is None
+
+
+def test_predicted_blocks_pp_is_the_smallest_stage_and_dp_the_sum_over_engines() -> None:
+    pp = _plan("deepseek-ai/DeepSeek-R1", "a800_l20.yml", max_model_len=32768)["instances"][0]
+    assert pp["pipeline_parallel_size"] > 1
+    assert predicted_blocks(pp) == pp["memory"]["num_gpu_blocks"] > 0
+    # every rank gets the smallest stage's count (get_kv_cache_configs), and the plan says so
+    assert {r["num_gpu_blocks"] for r in pp["memory"]["ranks"]} == {pp["memory"]["num_gpu_blocks"]}
+    nodes = [
+        {"name": f"node{i}", "gpu": "cpu", "gpu_count": 1, "gpu_memory_gib": 1, "address": f"10.0.0.{i}"}
+        for i in (1, 2)
+    ]
+    tiny = str(FIXTURES.parent.parent.parent / "inventories/local/files/tiny-llama")
+    (dp,) = plan_cluster(
+        load_model(tiny), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=1024, data_parallel_size=2)
+    )["instances"]
+    assert predicted_blocks(dp) == 2 * dp["memory"]["num_gpu_blocks"] > 0
+    assert verify_target(dp, "tiny")["predicted_blocks"] == predicted_blocks(dp)
+
+
+def test_verify_rows_and_table_show_blocks() -> None:
+    base = {"health": True, "models": True, "completion": True, "stream": True, "first_token_s": 0.05, "ok": True}
+    probes = [
+        {**base, "endpoint": "127.0.0.1:8080", "via": "gateway", "name": "gateway"},
+        {**base, "endpoint": "10.0.0.1:8000", "via": "direct", "name": "m-0", "predicted_blocks": 2000,
+         "gpu_blocks": {"0": 2090, "1": 2090}},
+        {**base, "endpoint": "10.0.0.2:8000", "via": "direct", "name": "m-1", "predicted_blocks": 1000,
+         "gpu_blocks": {"0": 800}},
+    ]  # fmt: skip
+    rows = verify_rows(probes, [])
+    assert rows[1]["blocks"] == {"predicted": 2000, "reported": 2090, "ratio": 1.045, "verdict": "match"}
+    assert rows[2]["blocks"]["verdict"] == "under"
+    assert rows[0]["blocks"] == compare(3000, 2890)  # the gateway: the sums over its instances
+    table = verify_table(rows).splitlines()
+    assert table[0].rstrip().endswith("blocks (vLLM/plan)")
+    assert table[3].rstrip().endswith("2,090/2,000 match") and table[4].rstrip().endswith("800/1,000 under")
+    # /metrics without the gauge: "not reported" in the row, the gateway's sum and the table; still ok
+    probes[2] = {**probes[2], "gpu_blocks": None}
+    rows = verify_rows(probes, [])
+    assert rows[2]["blocks"]["verdict"] == rows[0]["blocks"]["verdict"] == "not reported"
+    assert rows[2]["ok"] and verify_table(rows).splitlines()[4].rstrip().endswith("not reported")
+    # a probe of an older plan (no prediction) gets no blocks at all
+    assert "blocks" not in verify_rows([{**base, "endpoint": "e:1", "via": "direct", "name": "x"}], [])[0]
 
 
 def test_dense_dp_across_two_nodes_when_asked() -> None:
