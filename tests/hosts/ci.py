@@ -1,6 +1,6 @@
 """What CI runs, stage by stage, with a timing table at the end.
 
-    lint -> unit + integration -> machine packages -> images -> wheels
+    machine packages -> lint -> unit + integration -> images -> wheels
     -> Docker Engine -> hosts -> every Molecule scenario (fresh hosts each)
     -> system tests (site.yml on the hosts, the engine) -> teardown
 
@@ -82,6 +82,8 @@ def test_env() -> dict[str, str]:
         ANSIBLE_FORCE_COLOR="0",
         NO_COLOR="1",
         PY_COLORS="0",
+        # The machine-packages stage installs promtool first: the alert-rule tests must run.
+        VLLM_FLEET_PROMTOOL_REQUIRED="1",
     )
 
 
@@ -147,10 +149,11 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
     ci = Run()
     failed = False
     try:
+        # First: the unit tests need promtool (Debian's prometheus) for the alert rules.
+        ci.step("machine packages", _machine)
         if with_checks:
             ci.step("lint (ruff, mypy, ansible-lint)", _lint, fatal=False)
             ci.step("unit + integration tests", lambda: _pytest("--durations=5"), fatal=False)
-        ci.step("machine packages", _machine)
         # Hosts or an engine left by an interrupted run (their processes may be gone) go first.
         ci.step("clear leftovers of earlier runs", teardown, fatal=False)
         ci.step("images (build or reuse)", images.host_image)

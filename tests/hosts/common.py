@@ -144,6 +144,7 @@ MACHINE_PACKAGES = {
     "ssh-keygen": "openssh-client",
     "gpg": "gnupg",  # signs the test apt repository (nvidia_container_toolkit scenario)
     "dpkg-deb": "dpkg",
+    "promtool": "prometheus",  # the alert rules' unit tests (promtool test rules), dashboards' PromQL
     "pkill": "procps",  # Molecule cleanups stop the stand-in Hub and Podman's API service
 }
 
