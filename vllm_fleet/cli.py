@@ -1,7 +1,8 @@
 """``vllm-fleet``: estimate one instance's memory, plan a cluster (and preview a change), or check its nodes (doctor).
 
 Exit codes: 0 success, 2 bad input or nothing fits (one line on stderr
-naming the field and the fix); doctor: 1 when a check fails.
+naming the field and the fix); doctor: 1 when a check fails; status: 1 when an
+instance is unhealthy.
 """
 
 from __future__ import annotations
@@ -310,7 +311,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     source.add_argument("--bundle", type=Path, help="a bundle saved by playbooks/doctor.yml")
     doc.add_argument("--json", action="store_true", help="the checks as JSON")
+
+    st = sub.add_parser(
+        "status",
+        help="health and load of every vLLM instance of the plan, from their /metrics (exit 0 all healthy, 1 not)",
+        description="Reads the plan of the last run (<artifacts>/plan.json), then each instance's /health and "
+        "/metrics; rates come from two scrapes. VLLM_API_KEY, if set, is sent (vLLM does not need it there).",
+    )
+    where = st.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "-i", "--inventory", help="the inventory of the run: its vllm_fleet_artifacts_dir (default artifacts/)"
+    )
+    where.add_argument("--plan", type=Path, help="a plan.json to read instead")
+    st.add_argument(
+        "--watch",
+        type=_watch_seconds,
+        nargs="?",
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2) until Ctrl-C",
+    )
+    st.add_argument("--json", action="store_true", help="one JSON object (with --watch: one JSON line per refresh)")
     return parser
+
+
+def _watch_seconds(text: str) -> float:
+    value = _nonnegative_float(text)
+    if not 0.1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be 0.1 to 86400 seconds, got {text}")
+    return value
 
 
 def _device_from_args(args: argparse.Namespace) -> Device:
@@ -595,6 +625,17 @@ def run_doctor(args: argparse.Namespace) -> int:
     return exit_code(checks)
 
 
+def run_status(args: argparse.Namespace) -> int:
+    from vllm_fleet import status
+
+    if args.inventory:
+        plan = status.load_plan(status.plan_from_inventory(args.inventory), "--inventory")
+        targets = status.targets_from_plan(plan, "--inventory")
+    else:
+        targets = status.targets_from_plan(status.load_plan(args.plan, "--plan"), "--plan")
+    return status.run(targets, watch=args.watch, as_json=args.json)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -605,6 +646,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_plan(args)
         if args.command == "doctor":
             return run_doctor(args)
+        if args.command == "status":
+            return run_status(args)
         if args.command == "models":
             for name in MODELS:
                 print(name)
