@@ -246,7 +246,16 @@ def node_record(
         ],
         "ray": ray,
         "launches": launches,
-        "gateway": {**gateway, "here": gateway["enabled"] and gateway["host"] == node},
+        "gateway": {
+            **gateway,
+            "here": gateway["enabled"] and gateway["host"] == node,
+            # This node's replicas in the gateway (the rolling restart drains them first).
+            "upstreams_here": [
+                str(i["endpoint"])
+                for i in plan["instances"]
+                if i["head_node"] == node and str(i["endpoint"]) in gateway["upstreams"]
+            ],
+        },
         "verify": verify_plan(plan, settings, gateway),
         # Day 2 (vllm_fleet/deploy.py monitoring_of): Prometheus on the monitoring host
         # with the plan's scrape targets; a node exporter where vLLM runs (its address,
@@ -280,6 +289,7 @@ def node_record(
             "vllm_config_dir": server_vars["config_dir"],
             "ray_config_dir": ray_vars["config_dir"],
             "gateway_config_dir": _overlay("llm_gateway", ("config_dir",), ctx.get("role_vars"))["config_dir"],
+            "gateway_state_dir": _overlay("llm_gateway", ("state_dir",), ctx.get("role_vars"))["state_dir"],
         },
         # Ports the members of a multi-node instance use between them (vLLM's master and
         # DP RPC ports, the group wrapper's presence port), next to each launch's API port.

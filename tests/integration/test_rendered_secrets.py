@@ -82,6 +82,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "llm_gateway_port": 8080, "llm_gateway_max_fails": 2, "llm_gateway_fail_timeout": "10s",
         "llm_gateway_keepalive": 32, "llm_gateway_connect_timeout": "5s", "llm_gateway_read_timeout": "3600s",
         "llm_gateway_client_max_body_size": "32m", "llm_gateway_tls_certificate": "",
+        "llm_gateway_state_dir": "/var/lib/vllm-fleet/gateway", "llm_gateway_status_allow": [],
         "vllm_server_api_key": KEY, "vllm_server_hf_token": "", "vllm_server_env": {},
         "vllm_server_config_dir": "/etc/vllm-fleet/vllm", "vllm_server_state_dir": "/var/lib/vllm-fleet/vllm",
         "vllm_server_venv": "/opt/vllm-fleet/vllm", "vllm_server_nofile": 65536,

@@ -235,15 +235,49 @@ def test_gateway_on_its_own_host() -> None:
         "upstreams": ["10.77.0.11:8000", "10.77.0.12:8000"],
         "strategy": "least_conn",
         "here": False,
+        "upstreams_here": ["10.77.0.11:8000"],
     }
     assert rec["verify"]["from"] == "node3" and rec["verify"]["gateway"]
     assert [(t["via"], t["endpoint"]) for t in rec["verify"]["targets"]] == [
         ("gateway", "127.0.0.1:8080"), ("direct", "10.77.0.11:8000"), ("direct", "10.77.0.12:8000"),
     ]  # fmt: skip
     assert {t["model"] for t in rec["verify"]["targets"]} == {"tiny-llama"}
-    assert rec["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]  # its own members and the gateway host
+    # Its own members and the gateway host, which is also the monitoring host (auto: two replicas).
+    assert rec["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]
     gateway_node = deploy.node_record(plan, "node3", settings, context)
     assert gateway_node["gateway"]["here"] and gateway_node["launches"] == []
+
+
+def test_day_two_parts_of_the_record() -> None:
+    """Monitoring follows the gateway host; the node exporter listens on the node's address
+    behind the firewall (its port joins the firewall's), on loopback on the monitoring host;
+    Prometheus scrapes every instance, node and the nginx exporter; rolling restarts need a
+    gateway and two replicas."""
+    plan = _two_replicas()
+    settings = _settings(model=str(TINY), gateway=True, gateway_host="node3", monitoring_scrape_interval=5)
+    context = {"addresses": {"node3": "10.77.0.13"}}
+    node1 = deploy.node_record(plan, "node1", settings, context)
+    mon = node1["monitoring"]
+    assert (mon["enabled"], mon["host"], mon["here"], mon["scrape_interval"]) == (True, "node3", False, 5)
+    assert (mon["node_exporter"], mon["node_exporter_listen"], mon["dcgm"]) == (True, "10.77.0.11:9100", False)
+    assert 9100 in node1["firewall_ports"]
+    assert node1["watchdog"] == {"enabled": True, "interval": 2, "failures": 3}
+    assert node1["rolling"]["enabled"] and node1["rolling"]["batch"] == 1
+    node3 = deploy.node_record(plan, "node3", settings, context)
+    targets = node3["monitoring"]["targets"]
+    assert node3["monitoring"]["here"] and node3["monitoring"]["node_exporter_listen"] == "127.0.0.1:9100"
+    assert [t["target"] for t in targets["vllm"]] == ["10.77.0.11:8000", "10.77.0.12:8000"]
+    assert {t["labels"]["vllm_instance"] for t in targets["vllm"]} == {i["name"] for i in plan["instances"]}
+    assert [t["target"] for t in targets["node"]] == ["10.77.0.11:9100", "10.77.0.12:9100", "127.0.0.1:9100"]
+    assert [t["target"] for t in targets["gateway"]] == ["127.0.0.1:9113"]
+    assert targets["ray"] == [] and targets["dcgm"] == []  # mp executors, CPU nodes
+    assert node3["monitoring"]["gateway_status_url"] == "http://127.0.0.1:8080/vllm-fleet-nginx-status"
+    assert node3["watchdog"]["enabled"] is False  # nothing serves there
+    off = deploy.node_record(plan, "node1", {**settings, "monitoring": "false", "rolling_batch": 2}, context)
+    assert not off["monitoring"]["enabled"] and 9100 not in off["firewall_ports"]
+    assert off["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]
+    alone = deploy.node_record(plan, "node1", {**settings, "monitoring_host": "node2"}, context)
+    assert alone["firewall_sources"] == ["10.77.0.11", "10.77.0.12", "10.77.0.13"]  # node2 scrapes node1
 
 
 @pytest.mark.parametrize(

@@ -81,7 +81,9 @@ class Watch:
 
     def check(self) -> None:
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(self.upstreams) or 1)) as pool:
-            results = dict(zip(self.upstreams, pool.map(lambda u: healthy(u, self.timeout), self.upstreams)))
+            results = dict(
+                zip(self.upstreams, pool.map(lambda u: healthy(u, self.timeout), self.upstreams), strict=True)
+            )
         drained, now = self.drained(), time.time()
         for upstream, ok in results.items():
             st = self.state[upstream]
