@@ -1,15 +1,26 @@
 """Serving for real on the test hosts: site.yml with two CPU vLLM replicas (node1,
 node2) from the venv runtime behind the nginx gateway on node3, verify through
-the gateway and each replica, a second run with changed=0, one replica stopped
-while requests keep succeeding through the gateway, then teardown."""
+the gateway and each replica, a second run with changed=0, then day 2 on the same
+deployment (issue 14): Prometheus on node3 scrapes every planned target and runs
+every dashboard query, `vllm-fleet status` shows what vLLM's /metrics shows, a
+rolling update under streamed load fails no request, a hung replica (SIGSTOP)
+leaves rotation and its watchdog restarts it, a stopped replica fires
+VllmInstanceDown, then teardown. The figures are printed (pytest -s) and kept in
+artifacts/day2.json."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
+import sys
+import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -18,11 +29,13 @@ from tests.hosts.common import SSH_OPTIONS
 from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
 from tests.system.test_site_on_hosts import _recap
+from vllm_fleet import metrics
+from vllm_fleet.dashboards import panel_queries
 
 API_KEY = "serve-test-key-7f3a"
 
 
-def _inventory(path: Path, hosts: Hosts) -> Path:
+def _inventory(path: Path, hosts: Hosts, **more: object) -> Path:
     replicas, gateway = hosts.nodes[:2], hosts.nodes[2]
     inventory = {
         "all": {
@@ -58,6 +71,8 @@ def _inventory(path: Path, hosts: Hosts) -> Path:
                 "vllm_fleet_api_key": API_KEY,
                 "vllm_server_installer": "uv",
                 "vllm_server_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
+                "vllm_fleet_monitoring_scrape_interval": 5,
+                **more,
             },
         }
     }
@@ -75,9 +90,97 @@ def _complete(url: str, key: str | None = API_KEY) -> dict[str, object]:
         return json.loads(resp.read())  # type: ignore[no-any-return]
 
 
+PROM_QUERY = """
+import json, sys, urllib.parse, urllib.request
+out = {}
+for q in json.load(sys.stdin):
+    url = "http://127.0.0.1:9090/api/v1/" + q
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            out[q] = json.load(r)
+    except Exception as exc:  # an HTTP 400 is a query Prometheus refused
+        out[q] = {"status": "error", "error": str(exc)}
+print(json.dumps(out))
+"""
+
+
+def _on(node: str, command: str, stdin: str | None = None, timeout: float = 60) -> str:
+    done = subprocess.run(
+        ssh_argv(node, command), input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{node}: {command}: {done.stderr[-1500:]}"
+    return done.stdout
+
+
+def _prometheus(node: str, paths: list[str]) -> dict[str, Any]:
+    """Prometheus's HTTP API on the monitoring host (it listens on loopback only)."""
+    out = _on(node, "python3 -c " + json.dumps(PROM_QUERY), stdin=json.dumps(paths))
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def _query(expr: str) -> str:
+    return "query?query=" + urllib.parse.quote(expr)
+
+
+def _watch_status(node: str) -> dict[str, Any]:
+    text = _on(node, "cat /var/lib/vllm-fleet/gateway/status.json")
+    return json.loads(text)["upstreams"]  # type: ignore[no-any-return]
+
+
+class Load:
+    """Streamed completions through the gateway from ``threads`` clients until stopped:
+    every request must end with [DONE]; failures and latencies are kept."""
+
+    def __init__(self, url: str, threads: int = 2) -> None:
+        self.url, self.stop = url, threading.Event()
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self.workers = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def __enter__(self) -> Load:
+        for w in self.workers:
+            w.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for w in self.workers:
+            w.join(timeout=120)
+
+    def _run(self) -> None:
+        body = json.dumps({"model": "tiny-llama", "prompt": "Once upon", "max_tokens": 16, "stream": True}).encode()
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+        while not self.stop.is_set():
+            start = time.monotonic()
+            try:
+                request = urllib.request.Request(self.url + "/v1/completions", data=body, headers=headers)
+                with urllib.request.urlopen(request, timeout=120) as resp:
+                    done = any(line.strip() == b"data: [DONE]" for line in resp)
+                if not done:
+                    self.failures.append("stream ended without [DONE]")
+            except (urllib.error.URLError, OSError) as exc:
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+            self.latencies.append(time.monotonic() - start)
+
+    def figures(self) -> dict[str, float]:
+        lat = sorted(self.latencies) or [0.0]
+        return {
+            "requests": len(self.latencies),
+            "failed": len(self.failures),
+            "p50_s": round(statistics.median(lat), 3),
+            "p99_s": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 3),
+        }
+
+
+def _say(text: str) -> None:
+    print(f"[day2] {text}", file=sys.stderr, flush=True)
+
+
 def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> None:
     inventory = _inventory(tmp_path / "hosts.yml", test_hosts)
     artifacts = tmp_path / "artifacts"
+    monitor = test_hosts.nodes[2].name
+    figures: dict[str, Any] = {}
     first = run_site(inventory, artifacts, timeout=1500)
     output = first.stdout + first.stderr
     assert first.returncode == 0, failures(first)
@@ -88,13 +191,16 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     assert all(r["ok"] for r in rows), rows
     for row in rows[1:]:
         assert row["kv"]["verdict"] == "match", row  # vLLM's KV tokens within 5 % of the plan
+        assert row["blocks"]["verdict"] == "match", row  # vLLM's cache_config_info against the plan
     assert "endpoint" in output and "KV predicted" in output  # the summary table
+    assert "planned target(s) up" in output and "vLLM series from 2 instance(s)" in output  # Prometheus
 
     # Same inventory again: nothing changes on any host.
     again = run_site(inventory, artifacts, timeout=900)
     assert again.returncode == 0, failures(again)
     recap = _recap(again.stdout)
     assert all(c["changed"] == 0 for c in recap.values()), {h: c["changed"] for h, c in recap.items()}
+    assert "No running replica restarts one batch at a time" in again.stdout
 
     gateway = f"http://{test_hosts.nodes[2].address}:8080"
     try:
@@ -102,26 +208,142 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
         raise AssertionError("the gateway let a request without the key through")
     except urllib.error.HTTPError as err:
         assert err.code == 401
+    for _ in range(4):  # counters with something in them (prompt tokens, prefix-cache queries)
+        _complete(gateway)
 
-    # One replica down: every request through the gateway still gets its answer.
-    victim = test_hosts.nodes[1]
-    stop = subprocess.run(
-        ssh_argv(victim.name, "systemctl stop vllm-fleet-vllm-tiny-llama-1.service"),
-        capture_output=True, text=True, timeout=120, check=False,
+    # Prometheus: every target, and every dashboard query accepted and answering with series
+    # (GPU, DCGM and Ray panels have no targets on CPU hosts without Ray: accepted, empty).
+    queries = [
+        (board.stem, title, expr)
+        for board in sorted((ROOT / "roles/monitoring/files/dashboards").glob("*.json"))
+        for title, expr in panel_queries(board)
+    ]
+    answers = _prometheus(monitor, [_query(e) for _, _, e in queries] + ["targets?state=active"])
+    refused = [
+        (b, t, answers[_query(e)].get("error")) for b, t, e in queries if answers[_query(e)]["status"] != "success"
+    ]
+    assert refused == [], refused
+    no_device = ("DCGM", "ray_", "GPU")
+    empty = [
+        (b, t) for b, t, e in queries
+        if not answers[_query(e)]["data"]["result"] and not any(word in e for word in no_device)
+    ]  # fmt: skip
+    assert empty == [], f"dashboard panels without series on a live deployment: {empty}"
+    jobs = sorted(t["labels"]["job"] for t in answers["targets?state=active"]["data"]["activeTargets"])
+    assert jobs == ["gateway", "node", "node", "node", "prometheus", "vllm", "vllm"], jobs
+    scrape = _prometheus(monitor, [_query("max by (job) (scrape_duration_seconds)")])
+    figures["scrape_duration_s"] = {
+        r["metric"]["job"]: round(float(r["value"][1]), 4)
+        for r in scrape[_query("max by (job) (scrape_duration_seconds)")]["data"]["result"]
+    }
+    _say(f"{len(queries)} dashboard queries answered; scrape durations {figures['scrape_duration_s']}")
+
+    # vllm-fleet status against the live replicas: the numbers vLLM's /metrics shows.
+    status = subprocess.run(
+        [sys.executable, "-m", "vllm_fleet.cli", "status", "--plan", str(artifacts / "plan.json"), "--json"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
     )  # fmt: skip
+    assert status.returncode == 0, status.stdout + status.stderr
+    report = json.loads(status.stdout)
+    rows_by_endpoint = {r["endpoint"]: r for r in report["instances"]}
+    for node in test_hosts.nodes[:2]:
+        endpoint = f"{node.address}:8000"
+        with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=10) as resp:
+            exposition = metrics.parse(resp.read().decode())
+        row = rows_by_endpoint[endpoint]
+        assert row["healthy"], row
+        assert row["preemptions"] == metrics.total(exposition, "vllm:num_preemptions_total"), row
+        reported = [int(v) for v in metrics.label_values(exposition, "vllm:cache_config_info", "num_gpu_blocks")]
+        assert row["num_gpu_blocks"] == reported and reported[0] == row["planned_num_gpu_blocks"], row
+        hits = metrics.total(exposition, "vllm:prefix_cache_hits_total")
+        queries = metrics.total(exposition, "vllm:prefix_cache_queries_total")
+        if queries:
+            assert abs(row["prefix_cache_hit_rate"] - (hits or 0) / queries) < 0.05, row
+    human = subprocess.run(
+        [sys.executable, "-m", "vllm_fleet.cli", "status", "--plan", str(artifacts / "plan.json")],
+        capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert human.returncode == 0 and "tiny-llama" in human.stdout, human.stdout + human.stderr
+    _say("vllm-fleet status:\n" + human.stdout)
+
+    # A rolling update under streamed load (an environment change restarts both replicas):
+    # one node at a time, drained first, and no request fails.
+    rolled = _inventory(tmp_path / "rolled.yml", test_hosts, vllm_fleet_extra_env={"VLLM_FLEET_ROLL": "1"})
+    with Load(gateway) as load:
+        time.sleep(3)
+        started = time.monotonic()
+        update = run_site(rolled, artifacts, timeout=1500)
+        figures["rolling_update_s"] = round(time.monotonic() - started, 1)
+        time.sleep(3)
+    assert update.returncode == 0, failures(update)
+    assert "Rolling restart of node1, node2" in update.stdout, update.stdout[-3000:]
+    figures["rolling_update_load"] = load.figures()
+    _say(f"rolling update: {figures['rolling_update_s']} s, load {figures['rolling_update_load']}")
+    assert load.failures == [], load.failures[:5]
+    assert figures["rolling_update_load"]["requests"] > 10
+
+    # A hung replica: SIGSTOP node2's vLLM API server under load. The gateway's watcher takes
+    # it out of rotation, node2's watchdog kills and restarts it, it comes back.
+    victim = test_hosts.nodes[1]
+    unit = "vllm-fleet-vllm-tiny-llama-1.service"
+    upstream = f"{victim.address}:8000"
+    alert_fired = False
+    with Load(gateway) as load:
+        time.sleep(2)
+        pid = _on(victim.name, f"systemctl show -p MainPID --value {unit}").strip()
+        _on(victim.name, f"kill -STOP {pid}")
+        stopped = time.monotonic()
+        ejected = recovered = None
+        while time.monotonic() - stopped < 420 and recovered is None:
+            state = _watch_status(monitor)[upstream]["state"]
+            if ejected is None and state == "ejected":
+                ejected = time.monotonic() - stopped
+            if ejected is not None and state == "up":
+                recovered = time.monotonic() - stopped
+            if not alert_fired:
+                alerts = _prometheus(monitor, ["alerts"])["alerts"]["data"]["alerts"]
+                alert_fired = any(
+                    a["labels"]["alertname"] == "VllmInstanceDown" and a["labels"].get("instance") == upstream
+                    and a["state"] == "firing" for a in alerts
+                )  # fmt: skip
+            time.sleep(1)
+    assert ejected is not None and ejected < 20, f"not out of rotation within 20 s ({ejected})"
+    assert recovered is not None, "the hung replica did not come back within 420 s"
+    journal = _on(victim.name, "journalctl -u vllm-fleet-watchdog --no-pager -o cat")
+    assert "hung; killing and restarting it" in journal, journal[-2000:]
+    figures["hung_replica"] = {"ejected_s": round(ejected, 1), "recovered_s": round(recovered, 1), **load.figures()}
+    _say(f"hung replica: {figures['hung_replica']} (failed: requests in flight on it when it hung)")
+    assert len(load.failures) <= 2, load.failures  # at most the one in flight per client
+
+    # One replica stopped: every request through the gateway still gets its answer, and
+    # Prometheus fires VllmInstanceDown for it (unless it already did while it was hung).
+    stop = subprocess.run(
+        ssh_argv(victim.name, f"systemctl stop {unit}"), capture_output=True, text=True, timeout=120, check=False
+    )
     assert stop.returncode == 0, stop.stderr
     for _ in range(6):
         answer = _complete(gateway)
         assert answer["usage"]["completion_tokens"] > 0  # type: ignore[index]
+    deadline = time.monotonic() + 120
+    while not alert_fired and time.monotonic() < deadline:
+        alerts = _prometheus(monitor, ["alerts"])["alerts"]["data"]["alerts"]
+        alert_fired = any(
+            a["labels"]["alertname"] == "VllmInstanceDown" and a["labels"].get("instance") == upstream
+            and a["state"] == "firing" for a in alerts
+        )  # fmt: skip
+        time.sleep(3)
+    assert alert_fired, "VllmInstanceDown never fired for the stopped replica"
+    (artifacts / "day2.json").write_text(json.dumps(figures, indent=1) + "\n")
+    _say(json.dumps(figures))
 
     down = run_playbook("playbooks/teardown.yml", inventory)
     assert down.returncode == 0, failures(down)
     for node in test_hosts.nodes:
         probe = subprocess.run(
-            ssh_argv(node.name, "systemctl list-units --all --plain --no-legend 'vllm-fleet-*'; echo ---; "
-                                "pgrep -af '[b]in/vllm serve' || true"),
+            ssh_argv(node.name, "systemctl list-units --all --plain --no-legend 'vllm-fleet-*' 'prometheus*'; "
+                                "echo ---; pgrep -af '[b]in/vllm serve|[p]rometheus' || true"),
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         units, processes = probe.stdout.split("---", 1)
-        assert "vllm-fleet-vllm" not in units and "vllm-fleet-gateway" not in units, units
-        assert processes.strip() == "", f"vLLM still runs on {node.name}: {processes}"
+        assert "vllm-fleet-" not in units and "prometheus" not in units, units
+        assert processes.strip() == "", f"still running on {node.name}: {processes}"
