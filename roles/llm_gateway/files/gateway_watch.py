@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import http.client
 import json
 import os
 import signal
@@ -44,7 +45,8 @@ def healthy(upstream: str, timeout: float) -> bool:
     try:
         with urllib.request.urlopen(f"http://{upstream}/health", timeout=timeout) as resp:
             return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
+        # HTTPException: something on the port that is not HTTP (BadStatusLine is no OSError).
         return False
 
 

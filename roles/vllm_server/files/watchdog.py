@@ -19,6 +19,7 @@ watchdog.json: {"interval": S, "timeout": S, "failures": N, "status": PATH,
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
@@ -39,7 +40,8 @@ def healthy(url: str, timeout: float) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
+        # HTTPException: something on the port that is not HTTP (BadStatusLine is no OSError).
         return False
 
 

@@ -1,0 +1,653 @@
+"""The two watchers that run on the hosts, against real local HTTP servers whose /health answers
+200, 500, or hangs (accepts, never answers):
+
+- roles/llm_gateway/files/gateway_watch.py: up/ejected/drained with fall and rise, the upstream
+  list it renders for nginx, status.json, SIGHUP to nginx's master exactly when the list changes,
+  and --once (an unhealthy replica stays in rotation before nginx's first start).
+- roles/vllm_server/files/watchdog.py: a launch is watched only after its first healthy answer
+  since its current start (MainPID); ``failures`` failed checks in a row kill and restart it once;
+  a launch that is not running is left alone."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, load_script
+
+GATEWAY_WATCH = ROOT / "roles/llm_gateway/files/gateway_watch.py"
+WATCHDOG = ROOT / "roles/vllm_server/files/watchdog.py"
+gw = load_script(GATEWAY_WATCH)
+wd = load_script(WATCHDOG)
+
+TIMEOUT = 0.3  # the watchers' per-check timeout in these tests; a hung /health costs this much
+SERVER_ARGS = "max_fails=1 fail_timeout=10s"
+
+
+class HealthServer(ThreadingHTTPServer):
+    """A replica: /health answers 200 ("ok"), 500 ("error"), or nothing ("hung": the handler
+    holds the connection until the test ends, far past the watchers' timeout)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _HealthHandler)
+        self.mode = "ok"
+        self.requests: list[tuple[float, str]] = []  # (when, the mode it was answered in)
+        self.release = threading.Event()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server_address[1]}"
+
+
+class _HealthHandler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        server = self.server
+        assert isinstance(server, HealthServer)
+        server.requests.append((time.time(), server.mode))
+        if server.mode == "hung":
+            server.release.wait(10)
+            return  # the client gave up long ago
+        code = 200 if server.mode == "ok" else 500
+        body = b"{}" if self.path == "/health" else b"not found"
+        self.send_response(code if self.path == "/health" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def replicas() -> Iterator[Callable[[], HealthServer]]:
+    """A factory of running HealthServers, all shut down (hung handlers released) at the end."""
+    started: list[HealthServer] = []
+
+    def make() -> HealthServer:
+        httpd = HealthServer()
+        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+        started.append(httpd)
+        return httpd
+
+    yield make
+    for httpd in started:
+        httpd.release.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def closed_port() -> str:
+    """An address where nothing listens (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def not_http_server() -> Iterator[str]:
+    """Something on the port that is not HTTP (say an SSH server after a port clash)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield f"127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+@pytest.fixture
+def garbage() -> Iterator[str]:
+    yield from not_http_server()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- gateway_watch.py
+
+
+@pytest.fixture
+def gw_config(tmp_path: Path) -> Callable[..., dict[str, Any]]:
+    (tmp_path / "drain").mkdir()
+
+    def config(upstreams: list[str], **extra: Any) -> dict[str, Any]:
+        return {
+            "upstreams": upstreams,
+            "interval": 0.1,
+            "timeout": TIMEOUT,
+            "fall": 2,
+            "rise": 2,
+            "server_args": SERVER_ARGS,
+            "upstream_conf": str(tmp_path / "upstreams.conf"),
+            "drain_dir": str(tmp_path / "drain"),
+            "status": str(tmp_path / "status.json"),
+            "pidfile": str(tmp_path / "nginx.pid"),
+            **extra,
+        }
+
+    return config
+
+
+def states(watch: Any) -> dict[str, str]:
+    return {u: st["state"] for u, st in watch.state.items()}
+
+
+def server_lines(watch: Any) -> list[str]:
+    return [line for line in Path(watch.conf).read_text().splitlines() if not line.startswith("#")]
+
+
+def up_line(address: str) -> str:
+    return f"server {address} {SERVER_ARGS};"
+
+
+def down_line(address: str, why: str) -> str:
+    return f"server {address} down;  # {why}"
+
+
+def test_gateway_fall_ejects_and_rise_brings_back(
+    replicas: Callable[[], HealthServer], gw_config: Callable[..., dict[str, Any]]
+) -> None:
+    a, b = replicas(), replicas()
+    watch = gw.Watch(gw_config([a.address, b.address]))
+    assert states(watch) == {a.address: "up", b.address: "up"}
+
+    watch.check()
+    assert watch.write(reload=False) is True  # first write: the file did not exist
+    assert server_lines(watch) == [up_line(a.address), up_line(b.address)]
+
+    a.mode = "error"
+    watch.check()  # one failure: still in rotation (fall=2)
+    assert states(watch)[a.address] == "up"
+    assert watch.state[a.address]["fails"] == 1
+    assert watch.write(reload=False) is False
+    watch.check()  # two in a row: ejected
+    assert states(watch) == {a.address: "ejected", b.address: "up"}
+    assert watch.write(reload=False) is True
+    assert server_lines(watch) == [down_line(a.address, "ejected"), up_line(b.address)]
+
+    a.mode = "ok"
+    watch.check()  # one pass: still out (rise=2)
+    assert states(watch)[a.address] == "ejected"
+    assert watch.write(reload=False) is False
+    a.mode = "error"
+    watch.check()  # a failure resets the passes
+    a.mode = "ok"
+    watch.check()
+    assert states(watch)[a.address] == "ejected"
+    watch.check()  # two passes in a row: back
+    assert states(watch) == {a.address: "up", b.address: "up"}
+    assert watch.write(reload=False) is True
+    assert server_lines(watch) == [up_line(a.address), up_line(b.address)]
+
+
+def test_gateway_hung_and_unreachable_replicas_fail_their_checks(
+    replicas: Callable[[], HealthServer], gw_config: Callable[..., dict[str, Any]]
+) -> None:
+    hung, ok = replicas(), replicas()
+    hung.mode = "hung"
+    refused = closed_port()
+    watch = gw.Watch(gw_config([hung.address, refused, ok.address]))
+    for _ in range(2):
+        started = time.monotonic()
+        watch.check()
+        # The checks run in parallel, each bounded by the timeout: a round is not the sum.
+        assert time.monotonic() - started < 2 * TIMEOUT + 0.5
+    assert states(watch) == {hung.address: "ejected", refused: "ejected", ok.address: "up"}
+    assert [watch.state[u]["healthy"] for u in watch.upstreams] == [False, False, True]
+
+
+def test_gateway_a_non_http_answer_is_a_failed_check(garbage: str, gw_config: Callable[..., dict[str, Any]]) -> None:
+    watch = gw.Watch(gw_config([garbage], fall=1))
+    watch.check()  # must not raise (http.client.BadStatusLine is no OSError)
+    assert states(watch) == {garbage: "ejected"}
+
+
+def test_gateway_drain_and_undrain(
+    replicas: Callable[[], HealthServer], gw_config: Callable[..., dict[str, Any]]
+) -> None:
+    a, b = replicas(), replicas()
+    config = gw_config([a.address, b.address])
+    drain = Path(config["drain_dir"])
+    watch = gw.Watch(config)
+
+    (drain / a.address).touch()
+    (drain / "10.9.9.9:8000").touch()  # not one of ours: ignored
+    watch.check()  # healthy, but drained at once (no fall to wait for)
+    assert states(watch) == {a.address: "drained", b.address: "up"}
+    watch.write(reload=False)
+    assert server_lines(watch) == [down_line(a.address, "drained"), up_line(b.address)]
+    a.mode = "error"
+    for _ in range(3):
+        watch.check()
+        assert states(watch)[a.address] == "drained"  # drained is not ejected, failing or not
+
+    (drain / a.address).unlink()
+    watch.check()  # undrained while it does not answer (still restarting): ejected
+    assert states(watch)[a.address] == "ejected"
+    watch.write(reload=False)
+    assert server_lines(watch) == [down_line(a.address, "ejected"), up_line(b.address)]
+
+    (drain / a.address).touch()
+    a.mode = "ok"
+    watch.check()
+    assert states(watch)[a.address] == "drained"
+    (drain / a.address).unlink()
+    watch.check()  # undrained and answering: back at once, no rise to wait for
+    assert states(watch)[a.address] == "up"
+
+    # A drain folder that is gone drains nothing.
+    shutil.rmtree(drain)
+    watch.check()
+    assert states(watch) == {a.address: "up", b.address: "up"}
+
+
+def test_gateway_render_without_server_args(
+    replicas: Callable[[], HealthServer], gw_config: Callable[..., dict[str, Any]]
+) -> None:
+    a = replicas()
+    watch = gw.Watch(gw_config([a.address], server_args=""))
+    text = watch.render()
+    assert text.splitlines() == [
+        "# Written by gateway_watch.py (vllm-fleet): the replicas and which are in rotation.",
+        f"server {a.address};",
+    ]
+    assert text.endswith("\n")
+
+
+def test_gateway_status_json(replicas: Callable[[], HealthServer], gw_config: Callable[..., dict[str, Any]]) -> None:
+    a, b = replicas(), replicas()
+    config = gw_config([a.address, b.address])
+    watch = gw.Watch(config)
+    b.mode = "error"
+    before = time.time()
+    watch.check()
+    watch.check()
+    watch.write(reload=False)
+    status = json.loads(Path(config["status"]).read_text())
+    assert set(status) == {"updated", "upstreams"}
+    assert before <= status["updated"] <= time.time()
+    assert set(status["upstreams"]) == {a.address, b.address}
+    sa, sb = status["upstreams"][a.address], status["upstreams"][b.address]
+    assert set(sa) == set(sb) == {"state", "since", "fails", "healthy"}  # no "passes"
+    assert (sa["state"], sa["fails"], sa["healthy"]) == ("up", 0, True)
+    assert (sb["state"], sb["fails"], sb["healthy"]) == ("ejected", 2, False)
+    assert sa["since"] < before <= sb["since"]  # a: since the start; b: since its ejection
+    assert stat.S_IMODE(os.stat(config["status"]).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(config["upstream_conf"]).st_mode) == 0o644
+    assert not list(Path(config["status"]).parent.glob(".*.tmp"))  # replaced atomically
+
+
+@pytest.fixture
+def fake_nginx(tmp_path: Path) -> Iterator[tuple[Path, Callable[[], int]]]:
+    """A child process standing in for nginx's master: it notes every SIGHUP in a file.
+    Yields its pidfile and a function counting the SIGHUPs seen so far."""
+    hups, ready = tmp_path / "hups", tmp_path / "ready"
+    code = (
+        "import signal, time\n"
+        f"signal.signal(signal.SIGHUP, lambda *a: open({str(hups)!r}, 'a').write('hup\\n'))\n"
+        f"open({str(ready)!r}, 'w').close()\n"
+        "time.sleep(30)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_for(ready.exists, what="the fake nginx to install its SIGHUP handler")
+        pidfile = tmp_path / "nginx.pid"
+        pidfile.write_text(f"{child.pid}\n")
+
+        def count() -> int:
+            return hups.read_text().count("hup") if hups.exists() else 0
+
+        yield pidfile, count
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_gateway_sighup_exactly_when_the_list_changes(
+    replicas: Callable[[], HealthServer],
+    gw_config: Callable[..., dict[str, Any]],
+    fake_nginx: tuple[Path, Callable[[], int]],
+) -> None:
+    pidfile, hups = fake_nginx
+    a, b = replicas(), replicas()
+    watch = gw.Watch(gw_config([a.address, b.address], pidfile=str(pidfile)))
+
+    def write_and_expect(changed: bool, total: int) -> None:
+        assert watch.write(reload=True) is changed
+        if changed:
+            wait_for(lambda: hups() >= total, what=f"SIGHUP number {total}")
+        time.sleep(0.15)  # time for a stray SIGHUP to arrive (and not merge with the next one)
+        assert hups() == total
+
+    watch.check()
+    write_and_expect(True, 1)  # the first list
+    watch.check()
+    write_and_expect(False, 1)
+    a.mode = "error"
+    watch.check()  # one failure: the list is the same
+    write_and_expect(False, 1)
+    watch.check()  # ejected
+    write_and_expect(True, 2)
+    watch.check()
+    write_and_expect(False, 2)
+    a.mode = "ok"
+    watch.check()
+    watch.check()  # back
+    write_and_expect(True, 3)
+    # write(reload=False) changes the file and sends nothing.
+    (Path(watch.drain) / b.address).touch()
+    watch.check()
+    assert watch.write(reload=False) is True
+    time.sleep(0.15)
+    assert hups() == 3
+
+
+def test_gateway_reload_without_nginx_says_so(
+    replicas: Callable[[], HealthServer],
+    gw_config: Callable[..., dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    a = replicas()
+    config = gw_config([a.address])
+    watch = gw.Watch(config)
+    watch.check()
+    assert watch.write(reload=True) is True  # no pidfile: no exception
+    Path(config["pidfile"]).write_text("not a pid\n")
+    a.mode = "error"
+    watch.check()
+    watch.check()
+    assert watch.write(reload=True) is True
+    out = capsys.readouterr().out
+    assert out.count("cannot reload nginx") == 2
+    assert Path(config["upstream_conf"]).exists()
+
+
+@pytest.fixture
+def keep_signal_handlers() -> Iterator[None]:
+    """main() installs SIGTERM/SIGINT handlers in the process: put pytest's back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("keep_signal_handlers")
+def test_gateway_once_keeps_an_unhealthy_replica_in_rotation(
+    replicas: Callable[[], HealthServer],
+    gw_config: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    a, b, c = replicas(), replicas(), replicas()
+    b.mode = "error"
+    config = gw_config([a.address, b.address, c.address], fall=1)  # fall=1: a plain round would eject b
+    (Path(config["drain_dir"]) / c.address).touch()
+    path = tmp_path / "watch.json"
+    path.write_text(json.dumps(config))
+
+    assert gw.main(["--config", str(path), "--once"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "changed"
+    lines = [line for line in Path(config["upstream_conf"]).read_text().splitlines() if not line.startswith("#")]
+    assert lines == [up_line(a.address), up_line(b.address), down_line(c.address, "drained")]
+    status = json.loads(Path(config["status"]).read_text())["upstreams"]
+    assert (status[b.address]["state"], status[b.address]["healthy"], status[b.address]["fails"]) == ("up", False, 1)
+
+    assert gw.main(["--config", str(path), "--once"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "unchanged"
+
+    (Path(config["drain_dir"]) / c.address).unlink()
+    assert gw.main(["--config", str(path), "--once"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "changed"
+    # Undrained but never checked as it: --once starts every replica up, c answers.
+    assert Path(config["upstream_conf"]).read_text().count("down;") == 0
+
+
+# --------------------------------------------------------------------------- watchdog.py
+
+# systemd cannot run in a unit test: this executable stands in for `systemctl`, on PATH ahead of
+# the real one. It answers `show -p ActiveState -p MainPID UNIT` from a JSON file of per-unit
+# states, gives a unit a new MainPID on `restart` (as systemd would), and logs every call.
+FAKE_SYSTEMCTL = """\
+#!{python} -SI
+import json, sys, time
+STATE, LOG = {state!r}, {log!r}
+args = sys.argv[1:]
+with open(LOG, "a") as log:
+    log.write(str(time.time()) + " " + " ".join(args) + "\\n")
+with open(STATE) as f:
+    units = json.load(f)
+unit = units.get(args[-1], {{"ActiveState": "inactive", "MainPID": 0}})
+if args[0] == "show":
+    print(f"ActiveState={{unit['ActiveState']}}")
+    print(f"MainPID={{unit['MainPID']}}")
+elif args[0] == "restart":
+    unit.update(ActiveState="active", MainPID=unit["MainPID"] + 1000)
+    units[args[-1]] = unit
+    with open(STATE + ".tmp", "w") as f:
+        json.dump(units, f)
+    import os
+    os.replace(STATE + ".tmp", STATE)
+"""
+
+
+class FakeSystemd:
+    def __init__(self, root: Path) -> None:
+        self.bin, self.state, self.log = root / "bin", root / "systemd.json", root / "systemctl.log"
+        self.bin.mkdir()
+        self.log.touch()
+        self.set({})
+        script = self.bin / "systemctl"
+        script.write_text(FAKE_SYSTEMCTL.format(python=sys.executable, state=str(self.state), log=str(self.log)))
+        script.chmod(0o755)
+
+    def set(self, units: dict[str, dict[str, Any]]) -> None:
+        tmp = self.state.with_suffix(".tmp")
+        tmp.write_text(json.dumps(units))
+        os.replace(tmp, self.state)
+
+    def update(self, unit: str, **props: Any) -> None:
+        units = json.loads(self.state.read_text())
+        units.setdefault(unit, {}).update(props)
+        self.set(units)
+
+    def timed_calls(self, unit: str | None = None, *, show: bool = False) -> list[tuple[float, str]]:
+        """(when, arguments) of every call, `show` left out unless asked for."""
+        calls = [(float(when), c) for when, _, c in (line.partition(" ") for line in self.log.read_text().splitlines())]
+        return [
+            (when, c)
+            for when, c in calls
+            if (show or not c.startswith("show ")) and (unit is None or c.endswith(f" {unit}"))
+        ]
+
+    def calls(self, unit: str | None = None, *, show: bool = False) -> list[str]:
+        return [c for _, c in self.timed_calls(unit, show=show)]
+
+
+@pytest.fixture
+def systemd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSystemd:
+    fake = FakeSystemd(tmp_path)
+    monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ.get('PATH', '')}")
+    return fake
+
+
+def systemd_launch(name: str, url: str = "http://127.0.0.1:1/health") -> dict[str, Any]:
+    return {"name": name, "url": url, "runtime": "systemd", "unit": f"vllm-fleet-{name}.service"}
+
+
+def test_watchdog_generation_is_the_main_pid_of_an_active_unit(systemd: FakeSystemd) -> None:
+    systemd.set(
+        {
+            "vllm-fleet-a.service": {"ActiveState": "active", "MainPID": 4242},
+            "vllm-fleet-b.service": {"ActiveState": "inactive", "MainPID": 0},
+            "vllm-fleet-c.service": {"ActiveState": "deactivating", "MainPID": 77},
+            "vllm-fleet-d.service": {"ActiveState": "active", "MainPID": 0},
+        }
+    )
+    assert wd.generation(systemd_launch("a")) == "4242"
+    assert wd.generation(systemd_launch("b")) is None
+    assert wd.generation(systemd_launch("c")) is None
+    assert wd.generation(systemd_launch("d")) is None
+    assert wd.generation(systemd_launch("unknown")) is None
+    assert systemd.calls(show=True)[0] == "show -p ActiveState -p MainPID vllm-fleet-a.service"
+
+
+def test_watchdog_healthy(replicas: Callable[[], HealthServer], garbage: str) -> None:
+    server = replicas()
+    url = f"http://{server.address}/health"
+    assert wd.healthy(url, TIMEOUT) is True
+    server.mode = "error"
+    assert wd.healthy(url, TIMEOUT) is False
+    server.mode = "hung"
+    started = time.monotonic()
+    assert wd.healthy(url, TIMEOUT) is False
+    assert TIMEOUT * 0.9 <= time.monotonic() - started < TIMEOUT + 1
+    assert wd.healthy(f"http://{closed_port()}/health", TIMEOUT) is False
+    assert wd.healthy(f"http://{garbage}/health", TIMEOUT) is False  # not HTTP: a failure, not a crash
+
+
+def test_watchdog_restart_kills_then_restarts(systemd: FakeSystemd) -> None:
+    systemd.set({"vllm-fleet-a.service": {"ActiveState": "active", "MainPID": 10}})
+    wd.restart(systemd_launch("a"))
+    assert systemd.calls() == [
+        "kill --signal=SIGKILL vllm-fleet-a.service",
+        "restart vllm-fleet-a.service",
+    ]
+    assert wd.generation(systemd_launch("a")) == "1010"
+
+
+def test_watchdog_loop(replicas: Callable[[], HealthServer], systemd: FakeSystemd, tmp_path: Path) -> None:
+    """One watchdog process, four launches:
+    hung     - healthy, then hung: restarted once after `failures` checks; after the restart (new
+               MainPID) not watched until healthy again, then hung again: restarted a second time;
+    moved    - healthy, then restarted by someone else (new MainPID) and failing: left alone;
+    never    - running, never healthy since its start (loading): left alone;
+    stopped  - not running (inactive), its port failing: left alone, not even asked."""
+    servers = {name: replicas() for name in ("hung", "moved", "never", "stopped")}
+    servers["never"].mode = "error"
+    servers["stopped"].mode = "error"
+    launches = [systemd_launch(name, f"http://{s.address}/health") for name, s in servers.items()]
+    units = {name: f"vllm-fleet-{name}.service" for name in servers}
+    systemd.set(
+        {
+            units["hung"]: {"ActiveState": "active", "MainPID": 100},
+            units["moved"]: {"ActiveState": "active", "MainPID": 200},
+            units["never"]: {"ActiveState": "active", "MainPID": 300},
+            units["stopped"]: {"ActiveState": "inactive", "MainPID": 0},
+        }
+    )
+    status_path = tmp_path / "watchdog-status.json"
+    config = tmp_path / "watchdog.json"
+    config.write_text(
+        json.dumps(
+            {"interval": 0.1, "timeout": TIMEOUT, "failures": 3, "status": str(status_path), "launches": launches}
+        )
+    )
+
+    def state() -> dict[str, dict[str, Any]]:
+        try:
+            result: dict[str, dict[str, Any]] = json.loads(status_path.read_text())["launches"]
+        except (OSError, ValueError):
+            return {}
+        return result
+
+    def written_since(mtime_ns: int) -> bool:
+        return status_path.stat().st_mtime_ns != mtime_ns
+
+    def rounds_later(n: int) -> None:
+        """Wait until the watchdog wrote its status n more times."""
+        for _ in range(n):
+            wait_for(functools.partial(written_since, status_path.stat().st_mtime_ns), what="a watchdog round")
+
+    proc = subprocess.Popen(
+        [sys.executable, str(WATCHDOG), "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: state().get("hung", {}).get("watched") is True, what="hung to be watched")
+        wait_for(lambda: state().get("moved", {}).get("watched") is True, what="moved to be watched")
+        assert state()["hung"]["gen"] == "100"
+        assert state()["never"] == {"gen": "300", "watched": False, "fails": 0, "restarts": 0}
+        assert state()["stopped"] == {"gen": None, "watched": False, "fails": 0, "restarts": 0}
+
+        # moved: started again by someone else, and not answering yet.
+        systemd.update(units["moved"], MainPID=201)
+        servers["moved"].mode = "error"
+        servers["hung"].mode = "hung"
+        wait_for(lambda: len(systemd.calls(units["hung"])) >= 2, timeout=6, what="the restart of hung")
+        assert systemd.calls() == [f"kill --signal=SIGKILL {units['hung']}", f"restart {units['hung']}"]
+        wait_for(lambda: state()["hung"]["restarts"] == 1, what="the restart in the status")
+        assert state()["hung"]["gen"] == "1100"  # the new MainPID, not watched yet
+        assert state()["hung"]["watched"] is False
+
+        rounds_later(4)  # more than `failures` rounds of a hung /health since the restart
+        assert len(systemd.calls(units["hung"])) == 2
+        assert state()["hung"]["watched"] is False
+
+        servers["hung"].mode = "ok"
+        wait_for(lambda: state()["hung"]["watched"] is True, what="hung to be watched again")
+        servers["hung"].mode = "error"
+        wait_for(lambda: len(systemd.calls(units["hung"])) >= 4, timeout=6, what="the second restart of hung")
+        assert systemd.calls(units["hung"])[2:] == [
+            f"kill --signal=SIGKILL {units['hung']}",
+            f"restart {units['hung']}",
+        ]
+        wait_for(lambda: state()["hung"]["restarts"] == 2, what="the second restart in the status")
+
+        # The others were never restarted; the stopped one was never even asked for /health.
+        assert systemd.calls(units["moved"]) == systemd.calls(units["never"]) == systemd.calls(units["stopped"]) == []
+        assert state()["moved"] == {"gen": "201", "watched": False, "fails": 0, "restarts": 0}
+        assert state()["never"]["restarts"] == state()["stopped"]["restarts"] == 0
+        assert len(servers["never"].requests) > 3  # asked every round, never watched
+        assert servers["stopped"].requests == []
+
+        # Each restart came after exactly `failures` failed checks in a row (hung, then 500).
+        kills = [when for when, c in systemd.timed_calls(units["hung"]) if c.startswith("kill ")]
+        answers = servers["hung"].requests
+        assert len([1 for when, mode in answers if mode == "hung" and when < kills[0]]) == 3
+        assert len([1 for when, mode in answers if mode == "error" and when < kills[1]]) == 3
+        assert any(c == f"show -p ActiveState -p MainPID {units['stopped']}" for c in systemd.calls(show=True))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    assert proc.returncode == 0, out  # SIGTERM: it ends its round and exits cleanly
+    assert out.count("killing and restarting it") == 2
+    assert out.count("hung: /health did not answer 3 times in a row") == 2
+    assert "never: answers" not in out
+    assert "stopped: answers" not in out
