@@ -771,6 +771,38 @@ _GEMMA3_4B: dict[str, Any] = {
     },
 }
 
+# intfloat/e5-mistral-7b-instruct: config.json as vendored in sgl-project/ome
+# pkg/hfutil/modelconfig/testdata/e5_mistral_7b.json (commit 8bd1f97b); the repository's
+# mistral_embedding.json copy (commit c877023b) holds the same sizes. An embedding model: vLLM runs
+# "MistralModel" as a pooling model (ModelConfig._get_default_runner_type: the "Model" suffix means
+# runner pooling, convert embed) on its Llama implementation with causal attention, so it keeps a KV
+# cache like a decoder; the planner models it as one. No lm_head is loaded for it (the planner counts
+# one: 0.24 GiB too many in float16, on the safe side).
+_E5_MISTRAL_7B: dict[str, Any] = {
+    "_name_or_path": "mistralai/Mistral-7B-v0.1",
+    "architectures": ["MistralModel"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pad_token_id": 2,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.34.0",
+    "use_cache": False,
+    "vocab_size": 32000,
+}
+
 # Catalog name -> config.json.
 MODELS_2026: dict[str, dict[str, Any]] = {
     "Qwen/Qwen3-Next-80B-A3B-Thinking": _QWEN3_NEXT_80B,
@@ -787,6 +819,7 @@ MODELS_2026: dict[str, dict[str, Any]] = {
     "google/gemma-3-4b-it": _GEMMA3_4B,
     "mistralai/Mistral-Small-3.1-24B-Instruct-2503": _MISTRAL_SMALL_3_1,
     "nvidia/Nemotron-H-56B-Base-8K": _NEMOTRON_H_56B,
+    "intfloat/e5-mistral-7b-instruct": _E5_MISTRAL_7B,
 }
 
 # Names for the same weights whose config.json was not read on its own (see the comments above).

@@ -256,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="choose the layout of a model on a cluster")
     _common(plan)
     plan.add_argument("--cluster", required=True, type=Path, help="YAML file with nodes: [{name, gpu, gpu_count}]")
+    plan.add_argument(
+        "--models",
+        type=Path,
+        default=None,
+        metavar="MODELS.yml",
+        help="several models on the cluster: a YAML file with vllm_fleet_models: [{model, min_replicas, "
+        "replicas, target_concurrency, priority, max_model_len, gpu_memory_share, ...}] (instead of --model)",
+    )
     plan.add_argument("--allow-cross-node-tp", action="store_true")
     plan.add_argument("--max-num-seqs", type=_count(LIMITS["max_num_seqs"]), default=None)
     plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
@@ -296,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the nodes' runtime, for --node and --diff (default: container, or the deployment's for --diff)",
     )
 
+    for action in plan._actions:
+        if action.dest == "model":
+            action.required = False  # --models instead: checked in run_plan
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the built-in GPU catalog")
 
@@ -540,9 +551,28 @@ def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str
     return 0
 
 
+def run_allocate(args: argparse.Namespace) -> int:
+    """``plan --models``: several models on one cluster (vllm_fleet/allocate.py)."""
+    from vllm_fleet.allocate import allocate, load_wishes, render_allocation
+    from vllm_fleet.strategy import load_cluster
+
+    cluster = load_cluster(args.cluster)
+    result = allocate(load_wishes(args.models), cluster)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else render_allocation(result))
+    return 0
+
+
 def run_plan(args: argparse.Namespace) -> int:
     from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
 
+    if args.models is not None:
+        if args.model or args.node or args.diff:
+            raise PlanError(
+                "--models", "plans several models: --model, --node and --diff do not go with it", "drop them"
+            )
+        return run_allocate(args)
+    if not args.model:
+        raise PlanError("--model", "is required", "name a catalog model or a model folder, or pass --models FILE.yml")
     cluster = load_cluster(args.cluster)
     spec = load_model(args.model)
     if args.diff:

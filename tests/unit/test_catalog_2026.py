@@ -28,6 +28,7 @@ TEXT = (
     "deepseek-ai/DeepSeek-V3.2-Exp",
     "moonshotai/Kimi-K2-Instruct",
     "zai-org/GLM-4.5-Air",
+    "intfloat/e5-mistral-7b-instruct",
 )
 HYBRID = ("Qwen/Qwen3-Next-80B-A3B-Thinking", "Qwen/Qwen3-Next-80B-A3B-Instruct", "nvidia/Nemotron-H-56B-Base-8K")
 MULTIMODAL = (
