@@ -10,6 +10,7 @@
 #   make ssh NODE=node2   log into a test host
 #   make bench       accuracy against real vLLM logs and planner speed
 #   make bench-serve time to a verified completion of the local default, gateway overhead
+#   make bench-day2  rolling update, hung replica and scrape figures on the test hosts (about 10 min)
 #   make bench-rerun a no-change re-run of site.yml against its first run (INVENTORY=..., RESET=1: teardown first)
 PYTHON ?= python3
 VENV ?= .venv
@@ -20,7 +21,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts lint up down ssh bench bench-serve bench-rerun clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts lint up down ssh bench bench-serve bench-rerun bench-day2 clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +77,9 @@ bench: $(STAMP)
 
 bench-serve: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/serve_local.py
+
+bench-day2: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/day2.py
 
 bench-rerun: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/rerun.py --inventory $(INVENTORY) $(if $(RESET),--reset)

@@ -11,6 +11,7 @@ artifacts/day2.json."""
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -35,8 +36,9 @@ from vllm_fleet.dashboards import panel_queries
 API_KEY = "serve-test-key-7f3a"
 
 
-def _inventory(path: Path, hosts: Hosts, **more: object) -> Path:
+def _inventory(path: Path, hosts: Hosts, env: dict[str, str] | None = None) -> Path:
     replicas, gateway = hosts.nodes[:2], hosts.nodes[2]
+    env = env or {}
     inventory = {
         "all": {
             "hosts": {
@@ -51,8 +53,12 @@ def _inventory(path: Path, hosts: Hosts, **more: object) -> Path:
                             "vllm_fleet_gpu": "cpu",
                             "vllm_fleet_gpu_count": 1,
                             "vllm_fleet_gpu_memory_gib": 1,
+                            # One core each, as if each replica had its own machine: the hosts
+                            # share this machine's two, and a replica serving under load would
+                            # otherwise starve the start-up of one restarting on the same core.
+                            "vllm_fleet_extra_env": {"VLLM_CPU_OMP_THREADS_BIND": str(i), **env},
                         }
-                        for n in replicas
+                        for i, n in enumerate(replicas)
                     }
                 }
             },
@@ -72,7 +78,6 @@ def _inventory(path: Path, hosts: Hosts, **more: object) -> Path:
                 "vllm_server_installer": "uv",
                 "vllm_server_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
                 "vllm_fleet_monitoring_scrape_interval": 5,
-                **more,
             },
         }
     }
@@ -114,7 +119,7 @@ def _on(node: str, command: str, stdin: str | None = None, timeout: float = 60) 
 
 def _prometheus(node: str, paths: list[str]) -> dict[str, Any]:
     """Prometheus's HTTP API on the monitoring host (it listens on loopback only)."""
-    out = _on(node, "python3 -c " + json.dumps(PROM_QUERY), stdin=json.dumps(paths))
+    out = _on(node, "python3 -c " + shlex.quote(PROM_QUERY), stdin=json.dumps(paths))
     return json.loads(out)  # type: ignore[no-any-return]
 
 
@@ -128,10 +133,14 @@ def _watch_status(node: str) -> dict[str, Any]:
 
 
 class Load:
-    """Streamed completions through the gateway from ``threads`` clients until stopped:
-    every request must end with [DONE]; failures and latencies are kept."""
+    """Streamed completions through the gateway from ``threads`` clients until stopped, each
+    pausing ``pause`` seconds between two requests: every request must end with [DONE];
+    failures and latencies are kept. All test hosts share this machine's two cores, and
+    vLLM's CPU build pins every replica to them: a replica saturated without pauses
+    starves the start-up of the one restarting beside it (on real nodes each has its own)."""
 
-    def __init__(self, url: str, threads: int = 2) -> None:
+    def __init__(self, url: str, threads: int = 1, pause: float = 0.5) -> None:
+        self.pause = pause
         self.url, self.stop = url, threading.Event()
         self.latencies: list[float] = []
         self.failures: list[str] = []
@@ -148,7 +157,7 @@ class Load:
             w.join(timeout=120)
 
     def _run(self) -> None:
-        body = json.dumps({"model": "tiny-llama", "prompt": "Once upon", "max_tokens": 16, "stream": True}).encode()
+        body = json.dumps({"model": "tiny-llama", "prompt": "Once upon", "max_tokens": 8, "stream": True}).encode()
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
         while not self.stop.is_set():
             start = time.monotonic()
@@ -161,6 +170,7 @@ class Load:
             except (urllib.error.URLError, OSError) as exc:
                 self.failures.append(f"{type(exc).__name__}: {exc}")
             self.latencies.append(time.monotonic() - start)
+            self.stop.wait(self.pause)
 
     def figures(self) -> dict[str, float]:
         lat = sorted(self.latencies) or [0.0]
@@ -268,11 +278,12 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
 
     # A rolling update under streamed load (an environment change restarts both replicas):
     # one node at a time, drained first, and no request fails.
-    rolled = _inventory(tmp_path / "rolled.yml", test_hosts, vllm_fleet_extra_env={"VLLM_FLEET_ROLL": "1"})
+    rolled = _inventory(tmp_path / "rolled.yml", test_hosts, env={"VLLM_FLEET_ROLL": "1"})
     with Load(gateway) as load:
         time.sleep(3)
         started = time.monotonic()
-        update = run_site(rolled, artifacts, timeout=1500)
+        # The serve phase is what restarts them (the other phases find nothing to change).
+        update = run_site(rolled, artifacts, "--tags", "serve", timeout=1500)
         figures["rolling_update_s"] = round(time.monotonic() - started, 1)
         time.sleep(3)
     assert update.returncode == 0, failures(update)
@@ -313,7 +324,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     assert "hung; killing and restarting it" in journal, journal[-2000:]
     figures["hung_replica"] = {"ejected_s": round(ejected, 1), "recovered_s": round(recovered, 1), **load.figures()}
     _say(f"hung replica: {figures['hung_replica']} (failed: requests in flight on it when it hung)")
-    assert len(load.failures) <= 2, load.failures  # at most the one in flight per client
+    assert len(load.failures) <= 1, load.failures  # at most the one in flight when it hung
 
     # One replica stopped: every request through the gateway still gets its answer, and
     # Prometheus fires VllmInstanceDown for it (unless it already did while it was hung).
@@ -341,7 +352,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     for node in test_hosts.nodes:
         probe = subprocess.run(
             ssh_argv(node.name, "systemctl list-units --all --plain --no-legend 'vllm-fleet-*' 'prometheus*'; "
-                                "echo ---; pgrep -af '[b]in/vllm serve|[p]rometheus' || true"),
+                                "echo ---; pgrep -af '[b]in/vllm serve|[/]usr/bin/prometheus' || true"),
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         units, processes = probe.stdout.split("---", 1)
