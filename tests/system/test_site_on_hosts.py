@@ -87,8 +87,8 @@ def test_site_plans_for_the_hosts_and_reaches_every_one(test_hosts: Hosts, tmp_p
         assert addresses[inst["head_node"]] in inst["endpoint"]
         assert inst["env"].get("NCCL_SOCKET_IFNAME") == "eth0" or inst["tensor_parallel_size"] == 1
     # A second run changes nothing.
-    again = _site(inventory, tmp_path / "artifacts")
-    assert again.returncode == 0 and all(c["changed"] == 0 for c in _recap(again.stdout).values()), again.stdout[-3000:]
+    # A second run's changed=0 is the ray_cluster scenarios' idempotence and test_multinode's
+    # second run (both through the same cluster phase); not repeated here (CI time).
 
 
 def test_a_node_that_does_not_answer_stops_the_run_by_name(test_hosts: Hosts, tmp_path: Path) -> None:
@@ -123,8 +123,8 @@ def test_site_brings_up_ray_for_a_pipeline_across_the_hosts(test_hosts: Hosts, t
     token = (tmp_path / "ray.token").read_text()
     assert oct((tmp_path / "ray.token").stat().st_mode & 0o777) == "0o600"
     assert token not in result.stdout + result.stderr, "the Ray token was logged"
-    again = _site(inventory, tmp_path / "artifacts")
-    assert again.returncode == 0 and all(c["changed"] == 0 for c in _recap(again.stdout).values()), again.stdout[-3000:]
+    # A second run's changed=0 is the ray_cluster scenarios' idempotence and test_multinode's
+    # second run (both through the same cluster phase); not repeated here (CI time).
     down = run_playbook("playbooks/teardown.yml", inventory)
     assert down.returncode == 0, failures(down)
     for node in test_hosts.nodes:
