@@ -78,6 +78,9 @@ def _inventory(path: Path, hosts: Hosts, env: dict[str, str] | None = None) -> P
                 "vllm_server_installer": "uv",
                 "vllm_server_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
                 "vllm_fleet_monitoring_scrape_interval": 5,
+                # No torch.compile: each of the four starts (first, two rolling, one watchdog)
+                # takes about half as long on one core. The compiled path is test_multinode's.
+                "vllm_fleet_enforce_eager": True,
             },
         }
     }
