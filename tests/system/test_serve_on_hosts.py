@@ -130,6 +130,15 @@ def _query(expr: str) -> str:
     return "query?query=" + urllib.parse.quote(expr)
 
 
+def _instance_down_fires(node: str, instance: str) -> bool:
+    """Whether Prometheus's own /api/v1/alerts has VllmInstanceDown firing for ``instance``."""
+    alerts = _prometheus(node, ["alerts"])["alerts"]["data"]["alerts"]
+    return any(
+        a["labels"]["alertname"] == "VllmInstanceDown" and a["labels"].get("instance") == instance
+        and a["state"] == "firing" for a in alerts
+    )  # fmt: skip
+
+
 def _watch_status(node: str) -> dict[str, Any]:
     text = _on(node, "cat /var/lib/vllm-fleet/gateway/status.json")
     return json.loads(text)["upstreams"]  # type: ignore[no-any-return]
@@ -314,12 +323,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
                 ejected = time.monotonic() - stopped
             if ejected is not None and state == "up":
                 recovered = time.monotonic() - stopped
-            if not alert_fired:
-                alerts = _prometheus(monitor, ["alerts"])["alerts"]["data"]["alerts"]
-                alert_fired = any(
-                    a["labels"]["alertname"] == "VllmInstanceDown" and a["labels"].get("instance") == upstream
-                    and a["state"] == "firing" for a in alerts
-                )  # fmt: skip
+            alert_fired = alert_fired or _instance_down_fires(monitor, upstream)
             time.sleep(1)
     assert ejected is not None and ejected < 20, f"not out of rotation within 20 s ({ejected})"
     assert recovered is not None, "the hung replica did not come back within 420 s"
@@ -340,11 +344,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
         assert answer["usage"]["completion_tokens"] > 0  # type: ignore[index]
     deadline = time.monotonic() + 120
     while not alert_fired and time.monotonic() < deadline:
-        alerts = _prometheus(monitor, ["alerts"])["alerts"]["data"]["alerts"]
-        alert_fired = any(
-            a["labels"]["alertname"] == "VllmInstanceDown" and a["labels"].get("instance") == upstream
-            and a["state"] == "firing" for a in alerts
-        )  # fmt: skip
+        alert_fired = _instance_down_fires(monitor, upstream)
         time.sleep(3)
     assert alert_fired, "VllmInstanceDown never fired for the stopped replica"
     (artifacts / "day2.json").write_text(json.dumps(figures, indent=1) + "\n")
