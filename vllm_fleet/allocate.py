@@ -640,3 +640,69 @@ def render_allocation(result: Allocation) -> str:
             if len(m.denied) > 12:
                 lines.append(f"  ... {len(m.denied) - 12} more (see --json)")
     return "\n".join(lines)
+
+
+# -- one plan for the deployment ----------------------------------------------------
+
+
+def combined_plan(result: Allocation) -> dict[str, Any]:
+    """The allocation as one plan of the shape :func:`vllm_fleet.strategy.plan_cluster`
+    returns, so that the node records (vllm_fleet/deploy.py), verify and the gateway read a
+    multi-model deployment as they read a single-model one:
+
+    * ``instances``: every instance of every model, each with its own ``served_model_name``,
+      its ``model`` (the wish's catalog name or folder: the launch's model argument) and its
+      GPU indices;
+    * ``gateway``: in front of all of them when there are several, with ``routes`` (each
+      model's served name and upstreams, which the gateway routes a request to by the
+      ``model`` its body names);
+    * ``models`` and ``allocation_table``: who got what, for the tables and artifacts.
+    """
+    instances: list[dict[str, Any]] = []
+    routes: list[dict[str, Any]] = []
+    for alloc in result.models:
+        endpoints = []
+        for inst in alloc.instances:
+            planned = dict(inst.plan["instances"][0])
+            planned["model"] = alloc.wish.model
+            planned["served_model_name"] = alloc.name
+            instances.append(planned)
+            endpoints.append(str(planned["endpoint"]))
+        if endpoints:
+            routes.append({"model": alloc.name, "upstreams": endpoints})
+    names = ", ".join(m.name for m in result.models)
+    versions = sorted({str(i.get("vllm_version")) for i in instances if i.get("vllm_version")})
+    summary = "; ".join(f"{m.name} x{len(m.instances)} ({m.footprints[0].describe()})" for m in result.models)
+    models = result.to_dict()
+    for model in models["models"]:
+        for inst in model["instances"]:
+            inst.pop("plan", None)  # the instances themselves are the plan's
+    return {
+        "model": f"{len(result.models)} models ({names})",
+        "model_source": "vllm_fleet_models",
+        "vllm_version": versions[0] if versions else CURRENT_VLLM,
+        "summary": summary,
+        "strategy": "models",
+        "cluster": {"nodes": len(result.nodes), "gpus": sum(n.gpu_count for n in result.nodes)},
+        "nodes": [
+            {"name": n.name, "gpu": n.gpu, "gpu_count": n.gpu_count, "address": n.address, "interface": n.interface}
+            for n in result.nodes
+        ],
+        "instances": instances,
+        "gateway": {
+            "enabled": len(instances) > 1,
+            "strategy": "least_conn",
+            "upstreams": [str(i["endpoint"]) for i in instances],
+            "routes": routes,
+        },
+        "warnings": list(result.warnings),
+        "rejected": [
+            {"layout": f"{m['name']}: {d['layout']} ({d['gpu']})", "reason": d["reason"]}
+            for m in models["models"]
+            for d in m["denied"]
+        ],
+        "ranking": [],
+        "models": models["models"],
+        "gpus": models["gpus"],
+        "allocation_table": render_allocation(result),
+    }

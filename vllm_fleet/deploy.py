@@ -58,6 +58,23 @@ def model_path(settings: dict[str, Any], context: dict[str, Any]) -> str | None:
     return None
 
 
+def instance_model_path(settings: dict[str, Any], model: str) -> str | None:
+    """Several models (``vllm_fleet_models``): where one instance's model is on its nodes. Built
+    there (build_model: ``BUILT_MODELS/<folder name>``), an absolute folder as given (already
+    on the nodes), else None: vLLM fetches the Hub name itself."""
+    if settings.get("build_model"):
+        return f"{BUILT_MODELS}/{Path(model.rstrip('/')).name}"
+    return model if model.startswith("/") else None
+
+
+def _with_model(inst: dict[str, Any], path: str | None) -> dict[str, Any]:
+    """``inst`` whose ``vllm serve`` argument is the model's path on the nodes."""
+    args = list(inst["vllm_args"])
+    if path and len(args) > 1 and args[0] == "serve":
+        args[1] = path
+    return {**inst, "vllm_args": args}
+
+
 def _role_defaults(role: str, keys: tuple[str, ...]) -> dict[str, Any]:
     data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
     return {k: data[f"{role}_{k}"] for k in keys}
@@ -188,8 +205,19 @@ def node_record(
     options: dict[str, Any] = {k: settings.get(k) for k in _SERVE_KEYS}
     options["ray_port"] = ray_vars["gcs_port"]
     options["cpu_cores"] = settings.get("cpu_cores") or ctx.get("detected_cores")
-    path = model_path(settings, ctx)
-    options["model"] = path
+    several = bool(plan.get("models"))
+    if several:
+        # Several models: each instance's own model, at its own path on its nodes.
+        paths = {i["name"]: instance_model_path(settings, str(i["model"])) for i in here}
+        here = [_with_model(i, paths[i["name"]]) for i in here]
+        path = next((p for p in paths.values() if p), None)
+        built = {
+            str(paths[i["name"]]): str(i["model"]) for i in here if settings.get("build_model") and paths[i["name"]]
+        }
+    else:
+        path = model_path(settings, ctx)
+        built = {path: str(settings.get("model") or "")} if path and settings.get("build_model") else {}
+    options["model"] = None if several else path
     launches = serve.launches(here, node, options)
     for launch in launches:
         inst = next(i for i in here if i["name"] == launch["instance"])
@@ -279,9 +307,11 @@ def node_record(
             "failures": int(settings.get("watchdog_failures") or 3),
         },
         "rolling": rolling_of(plan, settings, gateway),
-        "served_model_name": served_name(plan),
+        "served_model_name": served_name(plan, here),
         "model_path": path,
-        "build_model": path if settings.get("build_model") else None,
+        # Config-only model folders to fill with random weights here (build_model): the node's
+        # path and the controller folder its config.json comes from.
+        "build_models": [{"path": p, "source": src} for p, src in sorted(built.items())],
         "firewall_sources": _sources(plan, here, gateway, addresses, monitoring),
         # Where the roles keep what they started (read back by the preview, playbooks/preview.yml).
         "paths": {
@@ -338,8 +368,12 @@ def _wrapper(launch: dict[str, Any], state_dir: str) -> list[str]:
     ]  # fmt: skip
 
 
-def served_name(plan: dict[str, Any]) -> str:
-    inst = plan["instances"][0]
+def served_name(plan: dict[str, Any], here: list[dict[str, Any]] | None = None) -> str:
+    """The API name of ``here``'s first instance (else the plan's first)."""
+    return instance_served_name((here or plan["instances"])[0])
+
+
+def instance_served_name(inst: dict[str, Any]) -> str:
     return str(inst.get("served_model_name") or inst["name"].rsplit("-", 1)[0])
 
 
@@ -354,6 +388,9 @@ def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]
         "port": int(settings.get("gateway_port") or 8080),
         "upstreams": list(plan["gateway"]["upstreams"]),
         "strategy": plan["gateway"].get("strategy", "least_conn"),
+        # Several models: each one's served name and upstreams; the gateway routes a request
+        # by the model its body names (empty: one model, every upstream serves it).
+        "routes": [dict(r) for r in plan["gateway"].get("routes") or []],
     }
 
 
@@ -362,19 +399,23 @@ def verify_plan(
 ) -> dict[str, Any]:
     """Where verify sends its requests from (the gateway host, else the first node) and what it probes."""
     gw = gateway or gateway_of(plan, settings)
-    model = served_name(plan)
     targets = []
     if gw["enabled"]:
-        targets.append(
-            {
-                "endpoint": f"127.0.0.1:{gw['port']}",
-                "via": "gateway",
-                "name": "gateway",
-                "layout": f"{len(plan['instances'])} instance(s), {gw['strategy']}",
-                "model": model,
-            }
-        )
-    targets += [serve.verify_target(i, model) for i in plan["instances"]]
+        # One probe through the gateway per model (several models: each by its name).
+        routes = gw["routes"] or [{"model": served_name(plan), "upstreams": gw["upstreams"]}]
+        for route in routes:
+            members = [i["name"] for i in plan["instances"] if str(i["endpoint"]) in route["upstreams"]]
+            targets.append(
+                {
+                    "endpoint": f"127.0.0.1:{gw['port']}",
+                    "via": "gateway",
+                    "name": "gateway" if len(routes) == 1 else f"gateway {route['model']}",
+                    "layout": f"{len(members)} instance(s), {gw['strategy']}",
+                    "model": route["model"],
+                    "instances": members,
+                }
+            )
+    targets += [serve.verify_target(i, instance_served_name(i)) for i in plan["instances"]]
     nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
     return {"from": gw["host"] if gw["enabled"] else nodes[0], "gateway": gw["enabled"], "targets": targets}
 
@@ -422,11 +463,10 @@ def monitoring_of(
     names = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
     host = str(settings.get("monitoring_host") or (gateway["host"] if gateway["enabled"] else names[0]))
     exporter_port = int(settings.get("node_exporter_port") or 9100)
-    model = served_name(plan)
     serving = sorted({n for i in plan["instances"] for n in i["nodes"]})
     targets: dict[str, list[dict[str, Any]]] = {
         "vllm": [
-            {"target": str(i["endpoint"]), "labels": {"vllm_instance": i["name"], "model": model}}
+            {"target": str(i["endpoint"]), "labels": {"vllm_instance": i["name"], "model": instance_served_name(i)}}
             for i in plan["instances"]
         ],
         "node": [{"target": f"{_address(plan, n, addresses)}:{exporter_port}", "labels": {"node": n}} for n in serving]
@@ -473,8 +513,13 @@ def rolling_of(plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str
     instances = plan["instances"]
     single = all(len(i["nodes"]) == 1 for i in instances)
     replicas = len(gateway["upstreams"])
+    # Several models: a drain must leave every model a replica that serves.
+    lone = [r["model"] for r in gateway["routes"] if len(r["upstreams"]) < 2]
     if not gateway["enabled"]:
         reason = "no gateway: nothing to drain, nodes restart at once"
+    elif lone:
+        reason = f"{', '.join(lone)} has one replica: nodes restart in place (no other serves it meanwhile)"
+        replicas = 1
     elif replicas < 2:
         reason = "one replica: it restarts in place (there is no other to serve meanwhile)"
     elif not single:

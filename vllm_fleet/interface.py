@@ -34,7 +34,7 @@ _UNSET = object()
 @dataclass(frozen=True)
 class Var:
     name: str  # without the prefix
-    type: str  # str, int, float, bool, list, dict, choice
+    type: str  # str, int, float, bool, list, dict, choice, models (a list of mappings)
     default: Any
     scope: str  # all, node, all/node
     meaning: str
@@ -53,7 +53,11 @@ class Var:
 V = Var
 VARIABLES: tuple[Var, ...] = (
     # What to serve
-    V("model", "str", None, "all", "model folder (config.json, safetensors) or a catalog / Hub name; required"),
+    V("model", "str", None, "all",
+      "model folder (config.json, safetensors) or a catalog / Hub name; required unless models"),
+    V("models", "models", None, "all", "several models on one cluster: `[{model, served_model_name, max_model_len, "
+      "min_replicas, replicas, target_concurrency, priority, gpu_memory_share, ...}]` (replaces model; "
+      "`vllm-fleet plan --models`)"),
     V("served_model_name", "str", None, "all", "API name of the model (default: the folder's or repo's last part)"),
     V("model_path", "str", None, "all", "the model folder's path on the nodes when it is already there"),
     V("build_model", "bool", False, "all", "fill a config-only model folder with random weights and a tokenizer"),
@@ -199,6 +203,14 @@ def _coerce(var: Var, raw: Any) -> Any:
         if not isinstance(raw, list) or not all(isinstance(a, str | int | float) for a in raw):
             raise bad(f"must be a list of strings, got {raw!r}", 'e.g. ["--seed", "1"]')
         return [str(a) for a in raw]
+    if kind == "models":
+        # Each entry is checked where the allocator reads it (field vllm_fleet_models[i].key).
+        from vllm_fleet.allocate import wishes_from_data
+
+        if not isinstance(raw, list) or not raw or not all(isinstance(a, Mapping) for a in raw):
+            raise bad(f"must be a list of mappings, got {raw!r}", "e.g. [{model: meta-llama/Llama-3.1-8B-Instruct}]")
+        wishes_from_data([dict(a) for a in raw])
+        return [dict(a) for a in raw]
     if kind == "dict":
         if not isinstance(raw, Mapping):
             raise bad(f"must be a mapping, got {raw!r}", "e.g. {VLLM_LOGGING_LEVEL: DEBUG}")
@@ -377,6 +389,22 @@ def _one_machine(seen: dict[str, str], key: str, name: str, field: str, shown: s
     seen[key] = name
 
 
+def _check_models(settings: Mapping[str, Any]) -> None:
+    """``vllm_fleet_models`` replaces ``vllm_fleet_model``; the prepare phase copies or fetches
+    one model (model_cache), so several models are served from where they already are."""
+    if not settings.get("models"):
+        return
+    if settings.get("model"):
+        raise PlanError(PREFIX + "models", "is set together with vllm_fleet_model", "keep one of them")
+    if settings.get("prepare_model") and not settings.get("build_model"):
+        raise PlanError(
+            PREFIX + "prepare_model",
+            "puts one model on the nodes; with vllm_fleet_models each model is served from its own folder",
+            "set vllm_fleet_prepare_model: false and give each model an absolute folder that is on its nodes, "
+            "or a Hub name vLLM fetches itself",
+        )
+
+
 def check_nodes(
     per_node: Mapping[str, Mapping[str, Any]],
     role_vars: Mapping[str, Mapping[str, Any]] | None = None,
@@ -402,6 +430,8 @@ def check_nodes(
                     f"differs between {names[0]} ({first!r}) and {other} ({per_node[other].get(var.name)!r})",
                     "set it once for the whole deployment (group_vars all)",
                 )
+    for name in names[:1]:
+        _check_models(per_node[name])
     by_address: dict[str, str] = {}
     by_target: dict[str, str] = {}
     for name in names:

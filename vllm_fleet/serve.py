@@ -386,7 +386,8 @@ def verify_rows(probes: list[dict[str, Any]], reports: list[dict[str, Any]]) -> 
     for probe in probes:
         row = dict(probe)
         if probe.get("via") == "gateway":
-            kvs = [r["kv"] for r in reports]
+            members = probe.get("instances")  # several models: the route's own instances
+            kvs = [r["kv"] for r in reports if members is None or r["instance"] in members]
             predicted = sum(k["predicted"] for k in kvs)
             reported = sum(k["reported"] for k in kvs) if kvs and all(k["reported"] for k in kvs) else None
             row["kv"] = compare(predicted, reported) if kvs else None

@@ -117,7 +117,9 @@ def render_plan(plan: dict[str, Any]) -> str:
                 str(inst.get("executor", "")),
             ]
         )
-    lines = [
+    # Several models (allocate.combined_plan): who got which GPU comes first.
+    lines = [plan["allocation_table"], ""] if plan.get("allocation_table") else []
+    lines += [
         f"Plan for {plan['model']} on {plan['cluster']['nodes']} node(s), {plan['cluster']['gpus']} GPU(s): "
         f"{plan['summary']}",
         "",

@@ -17,6 +17,7 @@ from ansible.errors import AnsibleFilterError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vllm_fleet import deploy, doctor, interface, nccl, preview, serve
+from vllm_fleet.allocate import allocate, combined_plan, wishes_from_data
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_inventory
 from vllm_fleet.facts import host_facts
@@ -132,6 +133,16 @@ def vllm_fleet_plan(nodes: Any, model: str, wishes: dict[str, Any] | None = None
         return plan_cluster(spec, cluster, Wishes(**_clean(wishes)))
     except PlanError as err:
         raise AnsibleFilterError(f"vllm_fleet_plan: {for_inventory(err)}") from None
+
+
+def vllm_fleet_plan_models(nodes: Any, models: Any) -> dict[str, Any]:
+    """Several models on the nodes (``vllm_fleet_models``): the allocation as one plan
+    (vllm_fleet/allocate.py combined_plan)."""
+    try:
+        cluster = cluster_from_data(list(nodes) if not isinstance(nodes, dict) else nodes)
+        return combined_plan(allocate(wishes_from_data(models), cluster))
+    except PlanError as err:
+        raise AnsibleFilterError(f"vllm_fleet_plan_models: {for_inventory(err)}") from None
 
 
 def vllm_fleet_check_ports(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
@@ -347,6 +358,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_fleet_plan": vllm_fleet_plan,
+            "vllm_fleet_plan_models": vllm_fleet_plan_models,
             "vllm_fleet_check_ports": vllm_fleet_check_ports,
             "vllm_fleet_node": vllm_fleet_node,
             "vllm_fleet_preview_node": vllm_fleet_preview_node,

@@ -78,7 +78,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     variables: dict[str, Any] = {
         "out": str(tmp), "root": str(ROOT), "keys": KEYS, "launch": launch,
         "llm_gateway_config_dir": "/etc/vllm-fleet/gateway", "llm_gateway_service": "vllm-fleet-gateway",
-        "llm_gateway_upstreams": ["10.0.0.2:8000"], "llm_gateway_listen_address": "0.0.0.0",
+        "llm_gateway_upstreams": ["10.0.0.2:8000"], "llm_gateway_models": [], "llm_gateway_listen_address": "0.0.0.0",
         "llm_gateway_port": 8080, "llm_gateway_max_fails": 2, "llm_gateway_fail_timeout": "10s",
         "llm_gateway_keepalive": 32, "llm_gateway_connect_timeout": "5s", "llm_gateway_read_timeout": "3600s",
         "llm_gateway_client_max_body_size": "32m", "llm_gateway_tls_certificate": "",

@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import FIXTURES
-from vllm_fleet import cli
+from vllm_fleet import cli, deploy, interface
 from vllm_fleet.allocate import (
     MAX_SHARED_UTILIZATION,
     Allocation,
     Footprint,
     ModelWish,
     allocate,
+    combined_plan,
     find_footprints,
     render_allocation,
     wishes_from_data,
@@ -30,6 +32,7 @@ from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.model_spec import is_pooling, load_model
 from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.table import render_plan
 
 L70 = "meta-llama/Llama-3.3-70B-Instruct"
 L8 = "meta-llama/Llama-3.1-8B-Instruct"
@@ -265,3 +268,72 @@ def test_the_embedding_model_is_a_pooling_model_in_vllm() -> None:
     assert cfg is not None and is_pooling(cfg)
     spec = load_model(E5)
     assert (spec.num_layers, spec.hidden_size, spec.num_kv_heads) == (32, 4096, 8)
+
+
+# -- the allocation as the deployment's plan (node records, gateway routes) ------------
+
+TINY = Path(__file__).resolve().parents[2] / "inventories/local/files/tiny-llama"
+TINY8 = Path(__file__).resolve().parents[2] / "tests/system/files/tiny-llama-8"
+
+
+def _two_model_plan() -> dict[str, Any]:
+    nodes = cluster_from_data(
+        [
+            {"name": n, "gpu": "cpu", "gpu_count": 1, "gpu_memory_gib": 1, "address": f"10.77.0.1{i + 1}"}
+            for i, n in enumerate(("node1", "node2"))
+        ]
+    )
+    wishes = wishes_from_data(
+        [
+            {"model": str(TINY), "served_model_name": "alpha", "max_model_len": 1024},
+            {"model": str(TINY8), "served_model_name": "beta", "max_model_len": 1024},
+        ]
+    )
+    return combined_plan(allocate(wishes, nodes))
+
+
+def test_the_combined_plan_gives_each_node_its_own_models_launch_path_and_name() -> None:
+    plan = _two_model_plan()
+    settings = interface.resolve(
+        {"vllm_fleet_models": [{"model": "x"}], "vllm_fleet_build_model": True, "vllm_fleet_runtime": "systemd"}
+    )
+    records = {n: deploy.node_record(plan, n, settings, {"detected_cores": 2}) for n in ("node1", "node2")}
+    for node, served, folder in (("node1", "alpha", TINY), ("node2", "beta", TINY8)):
+        rec = records[node]
+        (launch,) = rec["launches"]
+        path = f"{deploy.BUILT_MODELS}/{folder.name}"
+        assert launch["argv"][:3] == ["vllm", "serve", path]
+        assert launch["argv"][launch["argv"].index("--served-model-name") + 1] == served
+        assert rec["served_model_name"] == served
+        assert rec["build_models"] == [{"path": path, "source": str(folder)}]
+    gateway = records["node1"]["gateway"]
+    assert gateway["enabled"] and gateway["routes"] == [
+        {"model": "alpha", "upstreams": ["10.77.0.11:8000"]},
+        {"model": "beta", "upstreams": ["10.77.0.12:8000"]},
+    ]
+    # verify: one gateway probe per model (its own instances' KV), then each instance directly.
+    targets = records["node1"]["verify"]["targets"]
+    assert [(t["via"], t["model"], t.get("instances")) for t in targets] == [
+        ("gateway", "alpha", ["alpha-0"]), ("gateway", "beta", ["beta-0"]),
+        ("direct", "alpha", None), ("direct", "beta", None),
+    ]  # fmt: skip
+    # A model with one replica cannot be drained: its node restarts in place.
+    assert not records["node1"]["rolling"]["enabled"]
+    assert "alpha, beta has one replica" in records["node1"]["rolling"]["reason"]
+
+
+def test_the_combined_plan_table_is_the_allocation_then_the_instances() -> None:
+    plan = _two_model_plan()
+    text = render_plan(plan)
+    assert text.startswith("Allocation of 2 model(s) on 2 node(s), 2 GPU(s): 2 used, 0 free")
+    assert "alpha-0" in text and "beta-0" in text and "Plan for 2 models (alpha, beta)" in text
+    assert json.loads(json.dumps(plan)) == plan  # plan.json holds it as it is
+
+
+def test_models_and_model_together_or_with_prepare_model_are_refused() -> None:
+    base = {"vllm_fleet_models": [{"model": "x"}], "vllm_fleet_prepare_model": False}
+    with pytest.raises(PlanError, match="vllm_fleet_models: is set together with vllm_fleet_model"):
+        interface.check_nodes({"n1": interface.resolve({**base, "vllm_fleet_model": "y"})})
+    with pytest.raises(PlanError, match="vllm_fleet_prepare_model"):
+        interface.check_nodes({"n1": interface.resolve({**base, "vllm_fleet_prepare_model": True})})
+    interface.check_nodes({"n1": interface.resolve(base)})

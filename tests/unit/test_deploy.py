@@ -84,7 +84,7 @@ def test_local_default_record() -> None:
         "image": "vllm/vllm-openai:v0.32.0",
         "needs_ray": False,
     }
-    assert rec["model_path"] == rec["build_model"] == "/var/lib/vllm-fleet/models/tiny-llama"
+    assert rec["model_path"] == rec["build_models"][0]["path"] == "/var/lib/vllm-fleet/models/tiny-llama"
     (launch,) = rec["launches"]
     assert (launch["executor"], launch["wrapper"], launch["group"], launch["ipc"]) == ("mp", [], None, "")
     assert launch["regroups"] == 0
@@ -234,6 +234,7 @@ def test_gateway_on_its_own_host() -> None:
         "port": 8080,
         "upstreams": ["10.77.0.11:8000", "10.77.0.12:8000"],
         "strategy": "least_conn",
+        "routes": [],
         "here": False,
         "upstreams_here": ["10.77.0.11:8000"],
     }

@@ -121,7 +121,7 @@ def test_every_default_passes_its_own_type(var: interface.Var) -> None:
 def test_declarations_are_well_formed() -> None:
     names = [v.full for v in interface.VARIABLES]
     assert len(names) == len(set(names)) == len(interface.BY_NAME)
-    assert {v.type for v in interface.VARIABLES} <= {"str", "int", "float", "bool", "list", "dict", "choice"}
+    assert {v.type for v in interface.VARIABLES} <= {"str", "int", "float", "bool", "list", "dict", "choice", "models"}
     assert {v.scope for v in interface.VARIABLES} == {"all", "node", "all/node"}
     assert all(bool(v.choices) == (v.type == "choice") for v in interface.VARIABLES)
     assert not set(names) & interface.DERIVED

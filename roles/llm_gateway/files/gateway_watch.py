@@ -66,6 +66,11 @@ class Watch:
         self.rise = int(config.get("rise", 2))
         self.server_args = str(config.get("server_args", ""))
         self.conf = Path(config["upstream_conf"])
+        # Several models: one more upstream file per model, holding that model's replicas
+        # (nginx routes a request to the group of the model its body names).
+        self.groups: list[tuple[Path, list[str]]] = [(self.conf, self.upstreams)] + [
+            (Path(g["conf"]), [u for u in g["upstreams"] if u in self.upstreams]) for g in config.get("groups") or []
+        ]
         self.drain = Path(config["drain_dir"])
         self.status = Path(config["status"])
         self.pidfile = Path(config["pidfile"])
@@ -113,9 +118,9 @@ class Watch:
                 }[new]
                 say(f"{upstream}: {old} -> {new} ({why})")
 
-    def render(self) -> str:
+    def render(self, upstreams: list[str] | None = None) -> str:
         lines = ["# Written by gateway_watch.py (vllm-fleet): the replicas and which are in rotation."]
-        for upstream in self.upstreams:
+        for upstream in self.upstreams if upstreams is None else upstreams:
             st = self.state[upstream]
             if st["state"] == UP:
                 lines.append(f"server {upstream} {self.server_args};".replace(" ;", ";"))
@@ -124,15 +129,18 @@ class Watch:
         return "\n".join(lines) + "\n"
 
     def write(self, *, reload: bool) -> bool:
-        text = self.render()
-        try:
-            same = self.conf.read_text() == text
-        except OSError:
-            same = False
-        if not same:
-            write_atomic(self.conf, text)
-            if reload:
-                self.reload()
+        same = True
+        for conf, upstreams in self.groups:
+            text = self.render(upstreams)
+            try:
+                unchanged = conf.read_text() == text
+            except OSError:
+                unchanged = False
+            if not unchanged:
+                write_atomic(conf, text)
+                same = False
+        if not same and reload:
+            self.reload()
         status = {
             "updated": time.time(),
             "upstreams": {u: {k: v for k, v in st.items() if k != "passes"} for u, st in self.state.items()},
