@@ -696,11 +696,7 @@ def combined_plan(result: Allocation) -> dict[str, Any]:
             "routes": routes,
         },
         "warnings": list(result.warnings),
-        "rejected": [
-            {"layout": f"{m['name']}: {d['layout']} ({d['gpu']})", "reason": d["reason"]}
-            for m in models["models"]
-            for d in m["denied"]
-        ],
+        "rejected": [],  # each model's denied layouts are in the allocation table and ``models``
         "ranking": [],
         "models": models["models"],
         "gpus": models["gpus"],

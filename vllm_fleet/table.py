@@ -143,7 +143,10 @@ def render_plan(plan: dict[str, Any]) -> str:
             lines.append(f"{inst['name']} executor {inst['executor']}: {inst['executor_reason']}")
     if plan.get("vllm_version"):
         lines.append(f"vLLM {plan['vllm_version']} (memory accounting of that release)")
-    if plan["gateway"]["upstreams"]:
+    if plan["gateway"].get("routes"):
+        lines += ["", f"gateway: by the request's model, then {plan['gateway']['strategy']}:"]
+        lines += [f"  {r['model']}: {', '.join(r['upstreams'])}" for r in plan["gateway"]["routes"]]
+    elif plan["gateway"]["upstreams"]:
         lines += ["", f"gateway: {plan['gateway']['strategy']} over " + ", ".join(plan["gateway"]["upstreams"])]
     for warn in plan.get("warnings", []):
         lines.append(f"warning: {warn}")

@@ -53,3 +53,16 @@ def test_impossible_request_stops_before_any_host(tmp_path: Path) -> None:
     # No play ever ran on the GPU node (192.0.2.1 is unreachable by design).
     assert "gpu-1" not in result.stdout.split("PLAY RECAP")[-1]
     assert not (tmp_path / "art" / "plan.json").exists()
+
+
+def test_the_multi_model_example_plans_and_prints_its_allocation(tmp_path: Path) -> None:
+    """inventories/example-models through site.yml --tags plan: the allocation table, then the
+    instances, in plan.md; plan.json holds every model's instances and the gateway's routes."""
+    result = _run(ROOT / "inventories/example-models", tmp_path, "--tags", "plan")
+    assert result.returncode == 0, result.stdout + result.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    routes = {r["model"]: len(r["upstreams"]) for r in plan["gateway"]["routes"]}
+    assert routes == {"llama-70b": 2, "llama-8b": 2, "e5-mistral": 1}
+    assert {i["served_model_name"] for i in plan["instances"]} == set(routes)
+    table = (tmp_path / "plan.md").read_text()
+    assert "Allocation of 3 model(s) on 2 node(s), 16 GPU(s)" in table and "Plan for 3 models" in table

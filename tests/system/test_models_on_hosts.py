@@ -85,6 +85,17 @@ def _post(url: str, body: dict[str, Any], key: str | None = API_KEY) -> tuple[in
         return err.code, err.read()
 
 
+def _changed_tasks(stdout: str) -> list[str]:
+    """The tasks a run reported changed, with the host."""
+    task, out = "", []
+    for line in stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith("changed: ["):
+            out.append(f"{task} {line}")
+    return out
+
+
 def _on(node: str, command: str) -> str:
     done = subprocess.run(ssh_argv(node, command), capture_output=True, text=True, timeout=60, check=False)
     return done.stdout
@@ -156,7 +167,7 @@ def test_two_models_behind_one_gateway_routed_by_name(test_hosts: Hosts, tmp_pat
     again = run_site(inventory, artifacts, timeout=900)
     assert again.returncode == 0, failures(again)
     recap = _recap(again.stdout)
-    assert all(c["changed"] == 0 for c in recap.values()), {h: c["changed"] for h, c in recap.items()}
+    assert all(c["changed"] == 0 for c in recap.values()), (recap, _changed_tasks(again.stdout))
 
     down = run_playbook("playbooks/teardown.yml", inventory)
     assert down.returncode == 0, failures(down)
