@@ -294,21 +294,31 @@ def load_wishes(path: Path) -> list[ModelWish]:
 # -- footprints -------------------------------------------------------------------
 
 
-def _planner_wishes(wish: ModelWish, served: str, port: int = DEFAULT_PORT) -> Wishes:
-    return Wishes(
-        max_model_len=wish.max_model_len,
-        gpu_memory_utilization=wish.gpu_memory_share or wish.gpu_memory_utilization,
-        dtype=wish.dtype,
-        quantization=wish.quantization,
-        kv_cache_dtype=wish.kv_cache_dtype,
-        tensor_parallel_size=wish.tensor_parallel_size,
-        pipeline_parallel_size=wish.pipeline_parallel_size,
-        max_num_seqs=wish.max_num_seqs,
-        model_ref=wish.model,
-        served_model_name=served,
-        port=port,
-        vllm_version=CURRENT_VLLM,
-    )
+# The deployment-wide wishes (the inventory's vllm_fleet_* values) every model inherits unless
+# its own entry says otherwise; the rest (served name, layout, concurrency, quantization) is
+# each model's own.
+SHARED_WISHES = (
+    "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "max_num_seqs", "enforce_eager",
+    "vllm_version", "multinode_backend", "allow_cross_node_tp", "extra_args", "extra_env", "ray_available",
+)  # fmt: skip
+
+
+def _planner_wishes(
+    wish: ModelWish, served: str, port: int = DEFAULT_PORT, base: Mapping[str, Any] | None = None
+) -> Wishes:
+    shared = {k: v for k, v in (base or {}).items() if k in SHARED_WISHES and v is not None}
+    own = {
+        "max_model_len": wish.max_model_len,
+        "gpu_memory_utilization": wish.gpu_memory_share or wish.gpu_memory_utilization,
+        "dtype": wish.dtype,
+        "quantization": wish.quantization,
+        "kv_cache_dtype": wish.kv_cache_dtype,
+        "tensor_parallel_size": wish.tensor_parallel_size,
+        "pipeline_parallel_size": wish.pipeline_parallel_size,
+        "max_num_seqs": wish.max_num_seqs,
+    }
+    merged: dict[str, Any] = {"vllm_version": CURRENT_VLLM, **shared, **{k: v for k, v in own.items() if v is not None}}
+    return Wishes(**merged, model_ref=wish.model, served_model_name=served, port=port)
 
 
 def _groups(nodes: list[Node]) -> dict[str, list[Node]]:
@@ -337,14 +347,19 @@ def _denials(plan: dict[str, Any], gpu: str, seen: list[dict[str, str]]) -> list
 
 
 def find_footprints(
-    spec: ModelSpec, wish: ModelWish, served: str, nodes: list[Node], denied: list[dict[str, str]]
+    spec: ModelSpec,
+    wish: ModelWish,
+    served: str,
+    nodes: list[Node],
+    denied: list[dict[str, str]],
+    base: Mapping[str, Any] | None = None,
 ) -> list[Footprint]:
     """The model's smallest instance on each GPU type, fewest GPUs first (ties: the smaller
     GPU, so that the large ones stay for the models that need them). Layouts the planner
     refused are appended to ``denied``."""
     found: list[Footprint] = []
     other: PlanError | None = None
-    planner = _planner_wishes(wish, served)
+    planner = _planner_wishes(wish, served, base=base)
     for group in _groups(nodes).values():
         first = group[0]
         refusal = vllm_refusal(spec, first.device(), wish.dtype, wish.quantization, wish.kv_cache_dtype, CURRENT_VLLM)
@@ -447,13 +462,19 @@ class _Gpus:
 
 
 def _instance_plan(
-    spec: ModelSpec, wish: ModelWish, served: str, nodes: list[Node], gpus: dict[str, list[int]], port: int
+    spec: ModelSpec,
+    wish: ModelWish,
+    served: str,
+    nodes: list[Node],
+    gpus: dict[str, list[int]],
+    port: int,
+    base: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The single-model plan of one placed instance: the planner on exactly its GPUs, with
     the GPU indices it was given."""
     by_name = {n.name: n for n in nodes}
     sub = [replace(by_name[name], gpu_count=len(ids)) for name, ids in gpus.items()]
-    plan = plan_cluster(spec, sub, _planner_wishes(wish, served, port))
+    plan = plan_cluster(spec, sub, _planner_wishes(wish, served, port, base))
     plan["instances"] = plan["instances"][:1]
     plan["gateway"]["upstreams"] = plan["gateway"]["upstreams"][:1]
     plan["gateway"]["enabled"] = False
@@ -474,9 +495,10 @@ def _wanted(wish: ModelWish, fp: Footprint) -> int:
     return max(wish.min_replicas, 1)
 
 
-def allocate(models: list[ModelWish], nodes: list[Node]) -> Allocation:
+def allocate(models: list[ModelWish], nodes: list[Node], base: Mapping[str, Any] | None = None) -> Allocation:
     """Split ``nodes`` between ``models``; raises :class:`PlanError` (field ``vllm_fleet_models``)
-    when they do not all fit at their ``min_replicas``."""
+    when they do not all fit at their ``min_replicas``. ``base``: the deployment-wide wishes
+    (:data:`SHARED_WISHES` of them, and ``port``, the first port on every node)."""
     if not models:
         raise PlanError(FIELD, "lists no models", "write vllm_fleet_models: [{model: ...}, ...]")
     allocations: list[ModelAllocation] = []
@@ -497,7 +519,7 @@ def allocate(models: list[ModelWish], nodes: list[Node]) -> Allocation:
         served_seen[served] = index
         denied: list[dict[str, str]] = []
         try:
-            footprints = find_footprints(spec, wish, served, nodes, denied)
+            footprints = find_footprints(spec, wish, served, nodes, denied, base)
         except PlanError as err:
             raise PlanError(where, f"{err.field}: {err.problem}", err.fix) from err
         if not footprints:
@@ -524,9 +546,9 @@ def allocate(models: list[ModelWish], nodes: list[Node]) -> Allocation:
                 continue
             name = f"{alloc.name}-{len(alloc.instances)}"
             head = next(iter(where))
-            port = DEFAULT_PORT + ports.get(head, 0)
+            port = int((base or {}).get("port") or DEFAULT_PORT) + ports.get(head, 0)
             ports[head] = ports.get(head, 0) + 1
-            plan = _instance_plan(alloc.spec, alloc.wish, alloc.name, nodes, where, port)
+            plan = _instance_plan(alloc.spec, alloc.wish, alloc.name, nodes, where, port, base)
             plan["instances"][0]["name"] = name
             gpus.take(name, where, share)
             alloc.instances.append(Instance(name, alloc.name, fp, where, share, plan))

@@ -135,12 +135,13 @@ def vllm_fleet_plan(nodes: Any, model: str, wishes: dict[str, Any] | None = None
         raise AnsibleFilterError(f"vllm_fleet_plan: {for_inventory(err)}") from None
 
 
-def vllm_fleet_plan_models(nodes: Any, models: Any) -> dict[str, Any]:
+def vllm_fleet_plan_models(nodes: Any, models: Any, wishes: dict[str, Any] | None = None) -> dict[str, Any]:
     """Several models on the nodes (``vllm_fleet_models``): the allocation as one plan
-    (vllm_fleet/allocate.py combined_plan)."""
+    (vllm_fleet/allocate.py combined_plan). ``wishes``: the deployment-wide ones, which every
+    model inherits unless its entry says otherwise."""
     try:
         cluster = cluster_from_data(list(nodes) if not isinstance(nodes, dict) else nodes)
-        return combined_plan(allocate(wishes_from_data(models), cluster))
+        return combined_plan(allocate(wishes_from_data(models), cluster, _clean(wishes)))
     except PlanError as err:
         raise AnsibleFilterError(f"vllm_fleet_plan_models: {for_inventory(err)}") from None
 

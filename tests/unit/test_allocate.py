@@ -337,3 +337,18 @@ def test_models_and_model_together_or_with_prepare_model_are_refused() -> None:
     with pytest.raises(PlanError, match="vllm_fleet_prepare_model"):
         interface.check_nodes({"n1": interface.resolve({**base, "vllm_fleet_prepare_model": True})})
     interface.check_nodes({"n1": interface.resolve(base)})
+
+
+def test_every_model_inherits_the_deployment_wide_wishes_unless_its_entry_says_otherwise() -> None:
+    nodes = cluster_from_data([{"name": "node1", "gpu": "cpu", "gpu_count": 2, "gpu_memory_gib": 1}])
+    wishes = wishes_from_data(
+        [
+            {"model": str(TINY), "served_model_name": "alpha"},
+            {"model": str(TINY8), "served_model_name": "beta", "max_model_len": 512},
+        ]
+    )
+    plan = combined_plan(allocate(wishes, nodes, {"enforce_eager": True, "port": 9000, "max_model_len": 1024}))
+    by_name = {i["served_model_name"]: i for i in plan["instances"]}
+    assert all("--enforce-eager" in i["vllm_args"] for i in plan["instances"])
+    assert sorted(i["port"] for i in plan["instances"]) == [9000, 9001]  # one node: the next port each
+    assert (by_name["alpha"]["max_model_len"], by_name["beta"]["max_model_len"]) == (1024, 512)
