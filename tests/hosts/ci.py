@@ -84,6 +84,7 @@ def test_env() -> dict[str, str]:
         PY_COLORS="0",
         # The machine-packages stage installs promtool first: the alert-rule tests must run.
         VLLM_FLEET_PROMTOOL_REQUIRED="1",
+        VLLM_FLEET_NJS_REQUIRED="1",
     )
 
 

@@ -145,13 +145,30 @@ MACHINE_PACKAGES = {
     "gpg": "gnupg",  # signs the test apt repository (nvidia_container_toolkit scenario)
     "dpkg-deb": "dpkg",
     "promtool": "prometheus",  # the alert rules' unit tests (promtool test rules), dashboards' PromQL
+    # The gateway's routing by model with real nginx and njs (tests/integration/test_gateway_routing.py).
+    "nginx": "nginx",
+    "/usr/lib/nginx/modules/ngx_http_js_module.so": "libnginx-mod-http-js",
     "pkill": "procps",  # Molecule cleanups stop the stand-in Hub and Podman's API service
 }
 
 
+def which(tool: str) -> str | None:
+    """``shutil.which`` that also looks in the sbin folders (nginx is /usr/sbin/nginx)."""
+    return shutil.which(
+        tool, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+    )
+
+
 def ensure_machine_packages() -> None:
     """Install what is missing with apt (the CI machine may be fresh)."""
-    missing = sorted({pkg for tool, pkg in MACHINE_PACKAGES.items() if shutil.which(tool) is None})
+    # A tool on PATH (root's PATH holds the sbin folders), or a file by its absolute path (a module).
+    missing = sorted(
+        {
+            pkg
+            for tool, pkg in MACHINE_PACKAGES.items()
+            if not (Path(tool).exists() if tool.startswith("/") else which(tool))
+        }
+    )
     if not missing:
         return
     if os.geteuid() != 0:
