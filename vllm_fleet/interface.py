@@ -396,6 +396,12 @@ def _check_models(settings: Mapping[str, Any]) -> None:
         return
     if settings.get("model"):
         raise PlanError(PREFIX + "models", "is set together with vllm_fleet_model", "keep one of them")
+    if settings.get("served_model_name"):
+        raise PlanError(
+            PREFIX + "served_model_name",
+            "names one model; with vllm_fleet_models each entry has its own",
+            "drop it and set served_model_name in each entry of vllm_fleet_models",
+        )
     if settings.get("prepare_model") and not settings.get("build_model"):
         raise PlanError(
             PREFIX + "prepare_model",

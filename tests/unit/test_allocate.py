@@ -334,6 +334,8 @@ def test_models_and_model_together_or_with_prepare_model_are_refused() -> None:
     base = {"vllm_fleet_models": [{"model": "x"}], "vllm_fleet_prepare_model": False}
     with pytest.raises(PlanError, match="vllm_fleet_models: is set together with vllm_fleet_model"):
         interface.check_nodes({"n1": interface.resolve({**base, "vllm_fleet_model": "y"})})
+    with pytest.raises(PlanError, match="vllm_fleet_served_model_name: names one model"):
+        interface.check_nodes({"n1": interface.resolve({**base, "vllm_fleet_served_model_name": "y"})})
     with pytest.raises(PlanError, match="vllm_fleet_prepare_model"):
         interface.check_nodes({"n1": interface.resolve({**base, "vllm_fleet_prepare_model": True})})
     interface.check_nodes({"n1": interface.resolve(base)})
