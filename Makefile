@@ -11,6 +11,7 @@
 #   make bench       accuracy against real vLLM logs and planner speed
 #   make bench-serve time to a verified completion of the local default, gateway overhead
 #   make bench-day2  rolling update, hung replica and scrape figures on the test hosts (about 10 min)
+#   make bench-routing  what the gateway (one model, and routing by model with njs) adds per request
 #   make bench-rerun a no-change re-run of site.yml against its first run (INVENTORY=..., RESET=1: teardown first)
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,7 +22,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts lint up down ssh bench bench-serve bench-rerun bench-day2 clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts lint up down ssh bench bench-serve bench-rerun bench-day2 bench-routing clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +81,9 @@ bench-serve: $(STAMP)
 
 bench-day2: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/day2.py
+
+bench-routing: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/routing_overhead.py
 
 bench-rerun: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/rerun.py --inventory $(INVENTORY) $(if $(RESET),--reset)

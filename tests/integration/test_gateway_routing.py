@@ -11,160 +11,33 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.conftest import PLAYBOOK, ROOT, run_playbook
+from tests import gateway_local
+from tests.conftest import PLAYBOOK
 
-NJS = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 REQUIRED = os.environ.get("VLLM_FLEET_NJS_REQUIRED") == "1"
 KEY = "routing-test-key"
 
-if NGINX is None or not NJS.exists() or PLAYBOOK is None:
+if gateway_local.NGINX is None or not gateway_local.NJS.exists() or PLAYBOOK is None:
     if REQUIRED:
         raise RuntimeError("nginx with njs is required (apt-get install nginx libnginx-mod-http-js)")
     pytest.skip("nginx or its njs module is not installed", allow_module_level=True)
 
 
-class _Replica(BaseHTTPRequestHandler):
-    model = ""
-
-    def log_message(self, *args: Any) -> None:  # quiet
-        pass
-
-    def _json(self, status: int, body: dict[str, Any]) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def do_GET(self) -> None:
-        if self.path == "/health":
-            self._json(200, {})
-        elif self.path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
-        else:
-            self._json(404, {"error": "no route"})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        if body.get("stream"):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            for i in range(3):
-                self.wfile.write(f"data: {json.dumps({'model': self.model, 'i': i})}\n\n".encode())
-                self.wfile.flush()
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.close_connection = True
-            return
-        self._json(200, {"model": self.model, "echo": body, "path": self.path})
-
-
-def _serve(model: str) -> ThreadingHTTPServer:
-    handler = type(f"Replica_{model}", (_Replica,), {"model": model})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-PLAY = """
-- name: Render the gateway's files for several models
-  hosts: localhost
-  gather_facts: false
-  vars_files:
-    - "{{ root }}/roles/llm_gateway/defaults/main.yml"
-    - "{{ root }}/roles/llm_gateway/vars/main.yml"
-  tasks:
-    - name: Render each file
-      ansible.builtin.copy:
-        content: "{{ lookup('ansible.builtin.template', root ~ '/roles/llm_gateway/templates/' ~ item ~ '.j2') }}"
-        dest: "{{ llm_gateway_config_dir }}/{{ item }}"
-        mode: "0600"
-      loop: [nginx.conf, route.js, api_key.conf]
-"""
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("gateway")
-    replicas = {name: _serve(name) for name in ("alpha", "beta")}
-    upstreams = {name: f"127.0.0.1:{s.server_address[1]}" for name, s in replicas.items()}
-    port = _free_port()
-    service = f"vllm-fleet-gateway-test-{port}"
-    variables = {
-        "root": str(ROOT),
-        "ansible_managed": "Ansible managed",
-        "llm_gateway_config_dir": str(tmp),
-        "llm_gateway_state_dir": str(tmp),
-        "llm_gateway_service": service,
-        "llm_gateway_listen_address": "127.0.0.1",
-        "llm_gateway_port": port,
-        "llm_gateway_api_key": KEY,
-        "llm_gateway_upstreams": list(upstreams.values()),
-        "llm_gateway_models": [{"model": n, "upstreams": [u]} for n, u in upstreams.items()],
-    }
-    (tmp / "vars.yml").write_text(yaml.safe_dump(variables))
-    (tmp / "hosts").write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-    (tmp / "render.yml").write_text(PLAY)
-    done = run_playbook(tmp / "render.yml", tmp / "hosts", "-e", f"@{tmp / 'vars.yml'}")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    # The role's watcher writes the upstream files, one per model besides the full list.
-    watch = {
-        "upstreams": list(upstreams.values()),
-        "upstream_conf": str(tmp / "upstream.conf"),
-        "groups": [
-            {"conf": str(tmp / f"upstream-{i}.conf"), "upstreams": [u]} for i, u in enumerate(upstreams.values())
-        ],
-        "server_args": "max_fails=2 fail_timeout=10s",
-        "drain_dir": str(tmp / "drain"),
-        "status": str(tmp / "status.json"),
-        "pidfile": str(tmp / "none.pid"),
-    }
-    (tmp / "watch.json").write_text(json.dumps(watch))
-    script = ROOT / "roles/llm_gateway/files/gateway_watch.py"
-    subprocess.run([sys.executable, str(script), "--config", str(tmp / "watch.json"), "--once"], check=True)
-    conf = tmp / "nginx.conf"
-    # This machine's paths for the pid and logs (the role's are /run and /var/log/nginx).
-    text = conf.read_text().replace(f"/run/{service}.pid", str(tmp / "nginx.pid"))
-    conf.write_text(text.replace("/var/log/nginx/", f"{tmp}/"))
-    check = subprocess.run([NGINX, "-t", "-q", "-c", str(conf)], capture_output=True, text=True, check=False)
-    assert check.returncode == 0, check.stderr
-    proc = subprocess.Popen([NGINX, "-c", str(conf)], stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            break
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.05)
+    replicas = {name: gateway_local.replica(name) for name in ("alpha", "beta")}
+    models = {name: [f"127.0.0.1:{s.server_address[1]}"] for name, s in replicas.items()}
     try:
-        yield {"url": url, "replicas": replicas, "error_log": tmp / f"{service}.error.log"}
+        with gateway_local.gateway(tmp_path_factory.mktemp("gateway"), models, KEY) as gw:
+            yield {**gw, "replicas": replicas}
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
         for server in replicas.values():
             server.shutdown()
 
@@ -218,8 +91,7 @@ def test_the_model_list_merges_every_model_and_survives_one_down(gateway: dict[s
     status, raw = _request(gateway["url"] + "/v1/models", None)
     assert status == 200
     assert [m["id"] for m in json.loads(raw)["data"]] == ["alpha", "beta"]
-    gateway["replicas"]["beta"].shutdown()
-    gateway["replicas"]["beta"].server_close()
+    gateway["replicas"]["beta"].RequestHandlerClass.down = True
     status, raw = _request(gateway["url"] + "/v1/models", None)
     assert status == 200 and [m["id"] for m in json.loads(raw)["data"]] == ["alpha"]
     assert "/v1/models without beta (no replica answered)" in gateway["error_log"].read_text()
