@@ -219,6 +219,8 @@ def node_record(
         built = {path: str(settings.get("model") or "")} if path and settings.get("build_model") else {}
     options["model"] = None if several else path
     launches = serve.launches(here, node, options)
+    if not launches:
+        built = {}  # built only where a vllm serve runs (the record owns it; the playbook loops over it)
     for launch in launches:
         inst = next(i for i in here if i["name"] == launch["instance"])
         launch["group"] = _group(inst, settings)
