@@ -313,7 +313,8 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     alert_fired = False
     with Load(gateway) as load:
         time.sleep(2)
-        pid = _on(victim.name, f"systemctl show -p MainPID --value {unit}").strip()
+        # vLLM's API server: the only child of the unit's main process (vllm_server's reap.py).
+        pid = _on(victim.name, f"pgrep -P $(systemctl show -p MainPID --value {unit})").strip()
         _on(victim.name, f"kill -STOP {pid}")
         stopped = time.monotonic()
         ejected = recovered = None

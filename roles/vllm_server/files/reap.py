@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Run a vLLM launch as the unit's main process's only child, and exit only once every
+process it left behind has exited too.
+
+    reap.py [--grace SECONDS] -- ARGV...
+
+vLLM leaves processes behind when its API server exits (Python's multiprocessing resource
+tracker, an engine core whose parent was killed). systemd's KillMode=mixed then kills them
+and waits for the unit's cgroup to empty. Where systemd never hears that it emptied (the
+legacy cgroup hierarchy in a container: no release notification), every stop and restart
+waits TimeoutStopSec in full, twice, and the unit ends "failed". This wrapper becomes their
+subreaper (PR_SET_CHILD_SUBREAPER): what vLLM leaves is re-parented here and reaped, so the
+cgroup is empty when the main process exits and systemd has nothing left to wait for.
+
+* SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 go to ARGV's process, as they
+  went to vLLM when it was the main process.
+* After ARGV's process exits, what it left gets --grace seconds (default 10) to exit on its
+  own, then SIGKILL.
+* The exit status is ARGV's: the same code, or the same signal re-raised, so Restart= and
+  RestartPreventExitStatus= see what they saw before.
+
+Stdlib only; Linux only (prctl).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _children() -> list[int]:
+    """The PIDs whose parent is this process (what the launch left, re-parented here)."""
+    me, found = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # /proc/PID/stat: "PID (COMM) STATE PPID ..."; COMM may hold spaces and parentheses.
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(entry.name))
+    return found
+
+
+def _reap(grace: float) -> None:
+    """Wait up to ``grace`` seconds for the left-behind processes, then SIGKILL and reap them."""
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid:
+            continue
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    for pid in _children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def main(argv: list[str]) -> int:
+    grace = 10.0
+    if argv[:1] == ["--grace"]:
+        grace, argv = float(argv[1]), argv[2:]
+    if argv[:1] != ["--"] or len(argv) < 2:
+        print("usage: reap.py [--grace SECONDS] -- ARGV...", file=sys.stderr)
+        return 2
+    argv = argv[1:]
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        print(f"reap.py: PR_SET_CHILD_SUBREAPER failed (errno {ctypes.get_errno()})", file=sys.stderr)
+    pending: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _frame: object) -> None:
+        if child is None:  # before the launch started: delivered right after
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    child = subprocess.Popen(argv)  # inherits the unit's environment, stdout and stderr
+    for queued in pending:
+        child.send_signal(queued)
+    code = child.wait()
+    _reap(grace)
+    if code < 0:  # killed by a signal: end the same way
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        time.sleep(1)
+        return 128 - code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,98 @@
+"""vllm_server's reap.py, the main process of every vLLM unit: it exits with its launch's
+status, hands the stop signal on, and only once nothing the launch left behind still runs
+(the processes vLLM leaves when it exits: systemd would otherwise wait for them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+REAP = ROOT / "roles/vllm_server/files/reap.py"
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_CHILD_SUBREAPER is Linux's")
+
+
+def _launch(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "launch.py"
+    script.write_text(textwrap.dedent(body))
+    return script
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+# The launch starts a child that outlives it (vLLM's resource tracker after the API server
+# exits), writes that child's PID, and exits with code 7.
+LEAVES_A_CHILD = """
+    import subprocess, sys, time
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep({sleep})"])
+    open({pidfile!r}, "w").write(str(orphan.pid))
+    sys.exit(7)
+"""
+
+
+def test_it_exits_with_the_launch_code_only_after_what_the_launch_left_exited(tmp_path: Path) -> None:
+    pidfile = tmp_path / "orphan.pid"
+    script = _launch(tmp_path, LEAVES_A_CHILD.format(sleep=1.0, pidfile=str(pidfile)))
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(REAP), "--", sys.executable, str(script)], timeout=30, check=False)
+    took = time.monotonic() - start
+    assert done.returncode == 7
+    assert not _alive(int(pidfile.read_text()))
+    assert took >= 0.9, f"returned after {took:.2f} s, before the left-behind child's 1 s"
+
+
+def test_a_left_behind_process_that_does_not_exit_is_killed_after_the_grace(tmp_path: Path) -> None:
+    pidfile = tmp_path / "orphan.pid"
+    script = _launch(tmp_path, LEAVES_A_CHILD.format(sleep=600, pidfile=str(pidfile)))
+    start = time.monotonic()
+    argv = [sys.executable, str(REAP), "--grace", "1", "--", sys.executable, str(script)]
+    done = subprocess.run(argv, timeout=30, check=False)
+    assert done.returncode == 7 and time.monotonic() - start < 10
+    assert not _alive(int(pidfile.read_text()))
+
+
+def test_sigterm_reaches_the_launch_and_the_wrapper_ends_by_the_same_signal(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    script = _launch(
+        tmp_path,
+        f"""
+        import os, signal, time
+        got = []
+        signal.signal(signal.SIGTERM, lambda *_: got.append(1))
+        open({str(ready)!r}, "w").write(str(os.getpid()))
+        while not got:
+            time.sleep(0.02)
+        # vLLM's way: it stops on SIGTERM; here it ends by the signal's default action.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        """,
+    )
+    wrapper = subprocess.Popen([sys.executable, str(REAP), "--", sys.executable, str(script)])
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    launch = int(ready.read_text())
+    assert launch != wrapper.pid
+    os.kill(wrapper.pid, signal.SIGTERM)
+    assert wrapper.wait(timeout=20) == -signal.SIGTERM
+    assert not _alive(launch)
+
+
+def test_without_a_launch_it_says_how_to_call_it(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(REAP)], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and "usage: reap.py" in done.stderr
