@@ -264,6 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="several models on the cluster: a YAML file with vllm_fleet_models: [{model, min_replicas, "
         "replicas, target_concurrency, priority, max_model_len, gpu_memory_share, ...}] (instead of --model)",
     )
+    plan.add_argument(
+        "--ray-serve-config",
+        type=Path,
+        default=None,
+        metavar="FILE.yaml",
+        help="with --models: also write a Ray Serve LLM application config (one LLMConfig per model) "
+        "that `serve deploy` accepts on a GPU cluster",
+    )
     plan.add_argument("--allow-cross-node-tp", action="store_true")
     plan.add_argument("--max-num-seqs", type=_count(LIMITS["max_num_seqs"]), default=None)
     plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
@@ -559,12 +567,26 @@ def run_allocate(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     result = allocate(load_wishes(args.models), cluster)
     print(json.dumps(result.to_dict(), indent=2) if args.json else render_allocation(result))
+    if args.ray_serve_config is not None:
+        import yaml
+
+        from vllm_fleet.allocate import combined_plan
+        from vllm_fleet.rayserve import serve_config
+
+        config, notes = serve_config(combined_plan(result))
+        header = "# Ray Serve LLM application for `serve deploy` (written by vllm-fleet plan --models)\n"
+        args.ray_serve_config.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        for note in notes:
+            print(f"ray serve config: {note}", file=sys.stderr)
+        print(f"ray serve config: {args.ray_serve_config}", file=sys.stderr)
     return 0
 
 
 def run_plan(args: argparse.Namespace) -> int:
     from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
 
+    if args.ray_serve_config is not None and args.models is None:
+        raise PlanError("--ray-serve-config", "renders a multi-model plan", "pass --models FILE.yml with it")
     if args.models is not None:
         if args.model or args.node or args.diff:
             raise PlanError(

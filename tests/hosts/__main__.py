@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("env", help='print export lines: eval "$(python -m tests.hosts env)"')
     sub.add_parser("images", help="build (or reuse) the rootfs, the host image and the wheel folder")
     sub.add_parser("oracle", help="build (or reuse) the venv with vLLM's CPU build the oracle tests run in")
+    sub.add_parser("ray-serve", help="build (or reuse) the venv with Ray Serve that checks the Ray Serve LLM config")
     sub.add_parser("engine-up", help="start the Docker Engine only")
     sub.add_parser("engine-down", help="stop the Docker Engine only")
     p_ci = sub.add_parser("ci", help="what CI runs, with a timing table")
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             print(images.wheel_folder())
         elif args.command == "oracle":
             print(images.oracle_venv() / "bin" / "python")
+        elif args.command == "ray-serve":
+            print(images.ray_serve_venv() / "bin" / "python")
         elif args.command == "engine-up":
             print(engine.up())
         elif args.command == "engine-down":

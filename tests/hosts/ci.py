@@ -213,6 +213,7 @@ def _oracle_tests() -> None:
     venv of its own from the hosts' wheels (about two minutes, once per machine)."""
     python = images.installed_oracle() or images.oracle_venv() / "bin" / "python"
     os.environ["VLLM_FLEET_ORACLE_PYTHON"] = str(python)
+    os.environ["VLLM_FLEET_RAY_SERVE_PYTHON"] = str(images.ray_serve_venv() / "bin" / "python")
     os.environ["VLLM_FLEET_ORACLE_REQUIRED"] = "1"
     _pytest("tests/oracle")
 

@@ -241,6 +241,35 @@ def installed_oracle() -> Path | None:
     return LOCAL_DEFAULT_VLLM if probe.returncode == 0 and probe.stdout.strip().startswith(version) else None
 
 
+RAY_SERVE_PACKAGES = ["ray[serve]==2.60.0", "pyarrow", "pyyaml"]
+
+
+def ray_serve_venv() -> Path:
+    """A virtual environment with Ray Serve (the release vllm_fleet/rayserve.py writes for),
+    from PyPI: Ray Serve's own pydantic models check the Ray Serve LLM config the planner
+    renders (tests/oracle/test_ray_serve_config.py). ray.serve.llm's public module also needs
+    vLLM or SGLang; its LLMConfig class does not. Built once per machine (about a minute)."""
+    key = digest(RAY_SERVE_PACKAGES)
+    venv = CACHE / f"rayserve-{key}"
+    python = venv / "bin" / "python"
+    if python.exists() and (venv / ".complete").exists():
+        return venv
+    if venv.exists():
+        shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    say(f"building the Ray Serve venv {venv} from PyPI")
+    start = time.monotonic()
+    run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+    run([str(python), "-m", "pip", "install", "--quiet", *RAY_SERVE_PACKAGES], timeout=1800)
+    run([str(python), "-c", "import ray.serve.schema, ray.llm._internal.serve.core.configs.llm_config"], timeout=300)
+    (venv / ".complete").write_text(" ".join(RAY_SERVE_PACKAGES) + "\n")
+    for old in CACHE.glob("rayserve-*"):
+        if old != venv and old.is_dir():
+            shutil.rmtree(old)
+    say(f"Ray Serve venv ready in {time.monotonic() - start:.0f} s")
+    return venv
+
+
 def oracle_venv() -> Path:
     """A virtual environment with vLLM's CPU build from the hosts' wheel folder, for the
     planner's oracle tests (tests/oracle: vLLM's own KV-spec, state-shape and profiling code
