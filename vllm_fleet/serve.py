@@ -130,6 +130,36 @@ def cpu_binding(ranks: int, cores: int) -> str:
     return "|".join(parts)
 
 
+def _local_ranks(inst: dict[str, Any], node: str) -> int:
+    """The worker ranks ``inst`` runs on ``node`` (DP: its local DP ranks; else TP x PP over its nodes)."""
+    stages = [s for s in inst["stages"] if s["node"] == node]
+    nodes = list(dict.fromkeys(s["node"] for s in inst["stages"]))
+    if int(inst.get("data_parallel_size", 1)) > 1:
+        return max(1, sum(int(s["gpu_count"]) for s in stages))
+    return max(1, int(inst["tensor_parallel_size"]) * int(inst["pipeline_parallel_size"]) // len(nodes))
+
+
+def core_blocks(ranks: list[int], cores: int) -> list[tuple[int, int]] | None:
+    """Disjoint ``(first core, count)`` blocks of ``cores`` for CPU launches on one node with
+    ``ranks`` worker ranks each, in proportion to their ranks: several CPU instances on one
+    node would otherwise all bind from core 0 and share it. None when there are fewer cores
+    than ranks (the launches then share cores, as one launch's ranks do)."""
+    total = sum(ranks)
+    if len(ranks) < 2 or cores < total:
+        return None
+    blocks, start = [], 0
+    for i, r in enumerate(ranks):
+        size = cores - start if i == len(ranks) - 1 else max(r, cores * r // total)
+        blocks.append((start, size))
+        start += size
+    return blocks
+
+
+def _shifted(binding: str, first: int) -> str:
+    """A VLLM_CPU_OMP_THREADS_BIND value with every core number moved up by ``first``."""
+    return "|".join("-".join(str(int(core) + first) for core in part.split("-")) for part in binding.split("|"))
+
+
 def _address(instance: dict[str, Any]) -> str:
     return str(instance["endpoint"]).rsplit(":", 1)[0]
 
@@ -156,6 +186,14 @@ def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any]
     The executor is the plan's (``instance["executor"]``): nothing here re-decides it."""
     opts = ServeOptions.from_dict(options)
     out = []
+    # CPU launches here (a Ray worker rank runs no launch of its own): each its own cores.
+    cpu_here = [
+        i for i in instances
+        if i.get("device") == "cpu" and any(s["node"] == node for s in i["stages"])
+        and not (str(i.get("executor")) == "ray" and i["stages"][0]["node"] != node)
+    ]  # fmt: skip
+    blocks = core_blocks([_local_ranks(i, node) for i in cpu_here], opts.cpu_cores) if opts.cpu_cores else None
+    block_of = {str(i["name"]): b for i, b in zip(cpu_here, blocks or [], strict=False)}
     for inst in instances:
         stages = [s for s in inst["stages"] if s["node"] == node]
         if not stages:
@@ -172,7 +210,6 @@ def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any]
         env.update(stages[0].get("env", {}))
         serves = rank == 0
         role = "single" if len(nodes) == 1 else "head" if rank == 0 else "headless"
-        dp = int(inst.get("data_parallel_size", 1))
         if executor in ("native", "dp") and inst.get("device") == "cpu" and "kv_cache_memory_bytes" in stages[0]:
             # Each node's own vllm serve hands its workers this node's planned KV bytes.
             args = _replace(args, "--kv-cache-memory-bytes", str(stages[0]["kv_cache_memory_bytes"]))
@@ -210,12 +247,8 @@ def launches(instances: list[dict[str, Any]], node: str, options: dict[str, Any]
         if inst.get("device") == "cpu":
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
             if opts.cpu_cores and "VLLM_CPU_OMP_THREADS_BIND" not in opts.extra_env:
-                ranks = (
-                    local_gpus
-                    if dp > 1
-                    else (int(inst["tensor_parallel_size"]) * int(inst["pipeline_parallel_size"]) // len(nodes))
-                )
-                env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(max(1, ranks), opts.cpu_cores)
+                first, count = block_of.get(str(inst["name"]), (0, opts.cpu_cores))
+                env["VLLM_CPU_OMP_THREADS_BIND"] = _shifted(cpu_binding(_local_ranks(inst, node), count), first)
         else:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
         env.update({k: str(v) for k, v in opts.extra_env.items()})

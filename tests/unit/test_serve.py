@@ -15,6 +15,7 @@ from vllm_fleet.model_spec import load_model
 from vllm_fleet.serve import (
     compare,
     compare_blocks,
+    core_blocks,
     cpu_binding,
     kv_report,
     launches,
@@ -171,6 +172,27 @@ def test_cpu_instance_binds_cores_per_rank_and_targets_the_cpu() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in launch["env"]
     assert launch["argv"][:3] == ["vllm", "serve", "/m"]
     assert "--kv-cache-memory-bytes" in launch["argv"] and "--gpu-memory-utilization" not in launch["argv"]
+
+
+def test_cpu_replicas_on_one_node_each_get_their_own_cores() -> None:
+    """Two TP=1 replicas on a 4-core CPU node bind 0-1 and 2-3, not both 0-3."""
+    cluster = cluster_from_data({"nodes": [{"name": "h", "gpu": "cpu", "gpu_count": 2, "gpu_memory_gib": 2}]})
+    tiny = str(FIXTURES.parent.parent.parent / "inventories/local/files/tiny-llama")
+    plan = plan_cluster(load_model(tiny), cluster, Wishes(max_model_len=2048, tensor_parallel_size=1))
+    mine = launches(plan["instances"], "h", {"cpu_cores": 4, "model": "/m"})
+    assert [m["env"]["VLLM_CPU_OMP_THREADS_BIND"] for m in mine] == ["0-1", "2-3"]
+    # Fewer cores than ranks: they share, as one launch's ranks do.
+    shared = launches(plan["instances"], "h", {"cpu_cores": 1, "model": "/m"})
+    assert [m["env"]["VLLM_CPU_OMP_THREADS_BIND"] for m in shared] == ["0", "0"]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "cores", "expected"),
+    [([1, 1], 4, [(0, 2), (2, 2)]), ([2, 1], 3, [(0, 2), (2, 1)]), ([2, 1], 7, [(0, 4), (4, 3)]), ([1], 4, None),
+     ([2, 2], 3, None)],
+)  # fmt: skip
+def test_core_blocks(ranks: list[int], cores: int, expected: list[tuple[int, int]] | None) -> None:
+    assert core_blocks(ranks, cores) == expected
 
 
 @pytest.mark.parametrize(
