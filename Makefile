@@ -12,6 +12,7 @@
 #   make bench-serve time to a verified completion of the local default, gateway overhead
 #   make bench-day2  rolling update, hung replica and scrape figures on the test hosts (about 10 min)
 #   make bench-routing  what the gateway (one model, and routing by model with njs) adds per request
+#   make bench-prefix   prefix-cache hit rate and TTFT: nginx least_conn against vllm-router cache_aware (about 10 min)
 #   make bench-rerun a no-change re-run of site.yml against its first run (INVENTORY=..., RESET=1: teardown first)
 PYTHON ?= python3
 VENV ?= .venv
@@ -22,7 +23,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts lint up down ssh bench bench-serve bench-rerun bench-day2 bench-routing clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts lint up down ssh bench bench-serve bench-rerun bench-day2 bench-routing bench-prefix clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +85,9 @@ bench-day2: $(STAMP)
 
 bench-routing: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/routing_overhead.py
+
+bench-prefix: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/prefix_routing.py
 
 bench-rerun: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/rerun.py --inventory $(INVENTORY) $(if $(RESET),--reset)

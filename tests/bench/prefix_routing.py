@@ -1,0 +1,347 @@
+"""Prefix-aware routing, measured on this machine: two real vLLM CPU replicas of the tiny
+model, a workload of many requests that share long prefixes (several distinct prefixes,
+interleaved), sent once through the llm_gateway role's nginx (least_conn,
+tests/gateway_local.py) and once through vllm-router (PyPI, ``--policy cache_aware``).
+For each it prints vLLM's own prefix-cache hit rate (the replicas' ``vllm:prefix_cache_hits_total``
+over ``vllm:prefix_cache_queries_total``, in tokens, for that phase only), the median and p90
+time to first token, and the failed requests. Then a third run through the router, where one
+replica is killed a third of the way in: how many requests still succeed (its retries and
+health checks). Last, what each gateway adds to a short request, side by side with the replica
+itself.
+
+Each phase uses prefixes of its own (no phase finds another's blocks cached), and each
+replica's KV cache holds about half of a phase's prefixes: a router that sends each prefix
+to one replica keeps it cached; least_conn sends every prefix to both, and they evict each
+other's blocks.
+
+    python tests/bench/prefix_routing.py [--prefixes 8] [--requests 96] [--concurrency 4]
+
+Needs: vLLM's CPU build (the local default's venv, /opt/vllm-fleet/vllm, else the oracle
+venv from the hosts' wheels), nginx, and PyPI for vllm-router's venv (built once, cached).
+Takes about 10 minutes on our 2-core machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests import gateway_local
+from tests.conftest import ROOT
+from tests.hosts import images
+from tests.hosts.common import CACHE, digest, run, say
+from vllm_fleet import metrics
+
+ROUTER_PACKAGE = "vllm-router==0.1.17"
+MODEL_NAME = "tiny-llama"
+LOCAL_VLLM = Path("/opt/vllm-fleet/vllm/bin/python")
+# The tiny Llama: 4 layers x 2 KV heads x 32 dims x (K and V) x 2 bytes = 1 KiB per token.
+KV_BYTES_PER_TOKEN = 1024
+WORDS = [
+    "river", "stone", "lamp", "orbit", "cedar", "violet", "harbor", "meadow", "signal", "copper", "lantern",
+    "canyon", "ember", "falcon", "glacier", "hollow", "island", "juniper", "kettle", "ladder", "marble", "nectar",
+    "oyster", "pepper", "quartz", "ribbon", "saddle", "timber", "umbra", "velvet", "willow", "yonder", "zephyr",
+]  # fmt: skip
+
+
+def vllm_python() -> Path:
+    return LOCAL_VLLM if LOCAL_VLLM.exists() else images.oracle_venv() / "bin" / "python"
+
+
+def router_venv() -> Path:
+    """vllm-router from PyPI in a venv of its own, built once per machine."""
+    venv = CACHE / f"vllm-router-{digest([ROUTER_PACKAGE])}"
+    if not (venv / ".complete").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        say(f"building {venv} ({ROUTER_PACKAGE}, PyPI)")
+        run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+        run([str(venv / "bin/python"), "-m", "pip", "install", "--quiet", ROUTER_PACKAGE], timeout=900)
+        (venv / ".complete").write_text(ROUTER_PACKAGE + "\n")
+    return venv
+
+
+def build_model(python: Path, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "inventories/local/files/tiny-llama/config.json", folder / "config.json")
+    run([str(python), str(ROOT / "roles/vllm_server/files/build_tiny_model.py"), str(folder)], timeout=600)
+    return folder
+
+
+def _get(url: str, timeout: float = 5) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return bytes(resp.read())
+
+
+def _wait(url: str, what: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            _get(url, timeout=2)
+            say(f"{what}: up after {time.monotonic() - start:.0f} s")
+            return
+        except (urllib.error.URLError, OSError):
+            time.sleep(1)
+    raise RuntimeError(f"{what}: no answer at {url} after {timeout:.0f} s")
+
+
+@dataclass
+class Replica:
+    proc: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextmanager
+def replicas(python: Path, model: Path, tmp: Path, kv_tokens: int) -> Iterator[list[Replica]]:
+    """Two vLLM CPU replicas on loopback, one core each (the last core shared when there is one)."""
+    # vLLM's CPU attention uses AMX without asking Linux for it (vllm_server's vllm_fleet_amx.py):
+    # every process of these replicas asks at start, as the role's venv does.
+    site = tmp / "site"
+    site.mkdir()
+    shutil.copy(ROOT / "roles/vllm_server/files/vllm_fleet_amx.py", site / "sitecustomize.py")
+    cores = os.cpu_count() or 1
+    started: list[Replica] = []
+    try:
+        for i in range(2):
+            port = gateway_local.free_port()
+            env = dict(
+                os.environ,
+                VLLM_TARGET_DEVICE="cpu",
+                VLLM_CPU_OMP_THREADS_BIND=str(i % cores),
+                PYTHONPATH=str(site),
+                VLLM_LOGGING_LEVEL="WARNING",
+            )
+            argv = [str(python.parent / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
+                    "--served-model-name", MODEL_NAME, "--max-model-len", "2048", "--max-num-seqs", "4",
+                    "--kv-cache-memory-bytes", str(kv_tokens * KV_BYTES_PER_TOKEN), "--enforce-eager"]  # fmt: skip
+            log = (tmp / f"replica-{i}.log").open("wb")
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            started.append(Replica(proc, port))
+        for i, r in enumerate(started):
+            _wait(r.url + "/health", f"replica {i} (port {r.port}, log {tmp}/replica-{i}.log)", 600, r.proc)
+        yield started
+    finally:
+        for r in started:
+            if r.proc.poll() is None:
+                os.killpg(r.proc.pid, signal.SIGTERM)
+        for r in started:
+            try:
+                r.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(r.proc.pid, signal.SIGKILL)
+
+
+@contextmanager
+def router(upstreams: list[str], tmp: Path) -> Iterator[str]:
+    venv = router_venv()
+    port = gateway_local.free_port()
+    argv = [str(venv / "bin/vllm-router"), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *upstreams,
+            "--policy", "cache_aware", "--health-check-interval-secs", "2", "--health-failure-threshold", "2",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(gateway_local.free_port()),
+            "--log-level", "warning"]  # fmt: skip
+    log = (tmp / "router.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait(f"http://127.0.0.1:{port}/health", "vllm-router", 120, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def prefixes(count: int, words: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"Document {seed}-{p}: " + " ".join(rng.choice(WORDS) for _ in range(words)) for p in range(count)]
+
+
+def _stream(url: str, prompt: str) -> float:
+    """Time to the first generated token of one streamed completion (s); raises on failure."""
+    body = json.dumps({"model": MODEL_NAME, "prompt": prompt, "max_tokens": 4, "stream": True}).encode()
+    request = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    start = time.monotonic()
+    first = None
+    with urllib.request.urlopen(request, timeout=120) as resp:
+        for line in resp:
+            if first is None and line.startswith(b"data: {"):
+                first = time.monotonic() - start
+            if line.strip() == b"data: [DONE]":
+                break
+        else:
+            raise RuntimeError("the stream ended without [DONE]")
+    if first is None:
+        raise RuntimeError("no token came back")
+    return first
+
+
+def _cache_counters(urls: list[str]) -> tuple[float, float]:
+    hits = queries = 0.0
+    for url in urls:
+        try:
+            exp = metrics.parse(_get(url + "/metrics").decode())
+        except (urllib.error.URLError, OSError):
+            continue  # a replica this phase killed
+        hits += metrics.total(exp, "vllm:prefix_cache_hits_total") or 0.0
+        queries += metrics.total(exp, "vllm:prefix_cache_queries_total") or 0.0
+    return hits, queries
+
+
+def phase(
+    name: str, url: str, replica_urls: list[str], docs: list[str], requests: int, concurrency: int,
+    kill: subprocess.Popen[bytes] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """``requests`` completions, prefixes interleaved (p0, p1, ... p0, p1, ...), from ``concurrency``
+    clients; ``kill``: this replica's process group is killed a third of the way in."""
+    prompts = [f"{docs[i % len(docs)]}\nQuestion {i}: what comes next?" for i in range(requests)]
+    before = _cache_counters(replica_urls)
+    ttft: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    cursor = iter(range(requests))
+
+    def client() -> None:
+        while True:
+            with lock:
+                i = next(cursor, None)
+            if i is None:
+                return
+            if kill is not None and i == requests // 3 and kill.poll() is None:
+                os.killpg(kill.pid, signal.SIGKILL)
+            try:
+                t = _stream(url, prompts[i])
+                with lock:
+                    ttft.append(t)
+            except (urllib.error.URLError, OSError, RuntimeError) as exc:
+                with lock:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.monotonic() - start
+    after = _cache_counters(replica_urls)
+    hits, queries = after[0] - before[0], after[1] - before[1]
+    ttft.sort()
+    return {
+        "route": name,
+        "requests": requests,
+        "failed": len(failures),
+        "hit_rate": hits / queries if queries else None,
+        "ttft_p50_ms": round(statistics.median(ttft) * 1000, 1) if ttft else None,
+        "ttft_p90_ms": round(ttft[int(len(ttft) * 0.9)] * 1000, 1) if ttft else None,
+        "seconds": round(took, 1),
+        "first_failures": failures[:3],
+    }
+
+
+def added_latency(urls: dict[str, str], count: int) -> dict[str, float]:
+    """p50 of a short non-streamed completion (max_tokens 1) on each path, one at a time, interleaved."""
+    body = json.dumps({"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 1}).encode()
+    times: dict[str, list[float]] = {k: [] for k in urls}
+    for _ in range(count):
+        for name, url in urls.items():
+            request = urllib.request.Request(
+                url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+            )
+            start = time.monotonic()
+            _get_request(request)
+            times[name].append(time.monotonic() - start)
+    return {name: round(statistics.median(t) * 1000, 2) for name, t in times.items()}
+
+
+def _get_request(request: urllib.request.Request) -> None:
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        resp.read()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prefixes", type=int, default=8, help="distinct prefixes per phase")
+    parser.add_argument("--words", type=int, default=350, help="words per prefix (about 2 tokens each)")
+    parser.add_argument("--requests", type=int, default=96, help="requests per phase")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    args = parser.parse_args()
+    if gateway_local.NGINX is None:
+        print("nginx is not installed (apt-get install nginx)", file=sys.stderr)
+        return 2
+    python = vllm_python()
+    with tempfile.TemporaryDirectory(prefix="prefix-routing-") as name:
+        tmp = Path(name)
+        model = build_model(python, tmp / "tiny-llama")
+        docs = [prefixes(args.prefixes, args.words, seed) for seed in (1, 2, 3)]
+        # One prefix's tokens, with the tokenizer the replicas serve with.
+        count = "import sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        count += "print(len(t(sys.argv[2])['input_ids']))"
+        tokens = int(
+            run([str(python), "-c", count, str(model), docs[0][0]], timeout=300).stdout.strip().splitlines()[-1]
+        )
+        # Each replica holds about half of a phase's prefixes (and at least one whole request).
+        kv_tokens = max(2048 + 64, tokens * args.prefixes // 2)
+        say(f"a prefix is {tokens} tokens; {args.prefixes} per phase; KV cache per replica {kv_tokens} tokens")
+        with replicas(python, model, tmp, kv_tokens) as reps:
+            urls = [r.url for r in reps]
+            for url in urls:  # warm-up: the first request of a replica pays its one-off costs
+                _stream(url, "warm up")
+            results = []
+            gw_dir = tmp / "nginx"
+            gw_dir.mkdir()
+            with gateway_local.gateway(gw_dir, {MODEL_NAME: [u.removeprefix("http://") for u in urls]},
+                                       route_by_model=False) as gw, router(urls, tmp) as rt:  # fmt: skip
+                results.append(phase("nginx least_conn", gw["url"], urls, docs[0], args.requests, args.concurrency))
+                results.append(phase("vllm-router cache_aware", rt, urls, docs[1], args.requests, args.concurrency))
+                latency = added_latency({"replica": urls[0], "nginx": gw["url"], "vllm-router": rt}, 40)
+                results.append(
+                    phase("vllm-router, replica 2 killed", rt, urls, docs[2], args.requests, args.concurrency,
+                          kill=reps[1].proc)
+                )  # fmt: skip
+    print(f"\nprefix-aware routing: 2 vLLM CPU replicas of {MODEL_NAME}, {args.prefixes} prefixes of {tokens} "
+          f"tokens per phase, {args.requests} requests, {args.concurrency} clients, "
+          f"KV {kv_tokens} tokens/replica\n")  # fmt: skip
+    header = f"{'route':32} {'requests':>8} {'failed':>6} {'hit rate':>8} {'TTFT p50':>9} {'TTFT p90':>9} {'took':>7}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        hit = f"{r['hit_rate']:.1%}" if r["hit_rate"] is not None else "-"
+        print(f"{r['route']:32} {r['requests']:>8} {r['failed']:>6} {hit:>8} {r['ttft_p50_ms']!s:>7}ms "
+              f"{r['ttft_p90_ms']!s:>7}ms {r['seconds']:>6}s")  # fmt: skip
+    base = latency["replica"]
+    print(f"\nshort request, p50 of 40: replica {base} ms, nginx +{latency['nginx'] - base:.2f} ms, "
+          f"vllm-router +{latency['vllm-router'] - base:.2f} ms")  # fmt: skip
+    for r in results:
+        if r["first_failures"]:
+            print(f"{r['route']}: first failures {r['first_failures']}")
+    if args.json:
+        print(json.dumps({"phases": results, "latency_ms": latency, "prefix_tokens": tokens, "kv_tokens": kv_tokens}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
