@@ -96,3 +96,34 @@ def test_sigterm_reaches_the_launch_and_the_wrapper_ends_by_the_same_signal(tmp_
 def test_without_a_launch_it_says_how_to_call_it(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(REAP)], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and "usage: reap.py" in done.stderr
+
+
+def test_processes_re_parented_here_after_the_grace_are_killed_too(tmp_path: Path) -> None:
+    """The launch leaves a child that has a child of its own: once the first is killed, the second is
+    re-parented here (an engine core's workers); it is killed as well and the wrapper exits."""
+    pids = tmp_path / "pids"
+    script = _launch(
+        tmp_path,
+        f"""
+        import subprocess, sys
+        inner = "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        inner += "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        inner += "open({str(pids)!r}, 'w').write(str(g.pid)); time.sleep(600)"
+        child = subprocess.Popen([sys.executable, "-c", inner])
+        import time
+        while True:
+            try:
+                if open({str(pids)!r}).read():
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        open({str(pids)!r}, "a").write(" " + str(child.pid))
+        sys.exit(0)
+        """,
+    )
+    argv = [sys.executable, str(REAP), "--grace", "0.5", "--", sys.executable, str(script)]
+    done = subprocess.run(argv, timeout=30, check=False)
+    assert done.returncode == 0
+    grandchild, child = (int(p) for p in pids.read_text().split())
+    assert not _alive(child) and not _alive(grandchild)

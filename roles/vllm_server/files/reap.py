@@ -55,7 +55,8 @@ def _children() -> list[int]:
 
 
 def _reap(grace: float) -> None:
-    """Wait up to ``grace`` seconds for the left-behind processes, then SIGKILL and reap them."""
+    """Wait up to ``grace`` seconds for the left-behind processes, then SIGKILL and reap them,
+    and any that are re-parented here meanwhile (a killed engine core's workers), until none is left."""
     deadline = time.monotonic() + grace
     while True:
         try:
@@ -65,16 +66,10 @@ def _reap(grace: float) -> None:
         if pid:
             continue
         if time.monotonic() >= deadline:
-            break
+            for child in _children():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
         time.sleep(0.05)
-    for pid in _children():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
 
 
 def main(argv: list[str]) -> int:
