@@ -10,9 +10,9 @@ health checks). Last, what each gateway adds to a short request, side by side wi
 itself.
 
 Each phase uses prefixes of its own (no phase finds another's blocks cached), and each
-replica's KV cache holds about half of a phase's prefixes: a router that sends each prefix
-to one replica keeps it cached; least_conn sends every prefix to both, and they evict each
-other's blocks.
+replica's KV cache holds three quarters of a phase's prefixes: a router that sends each
+prefix to one replica keeps its half cached; least_conn sends every prefix to both, and they
+evict each other's blocks. The killed replica's phase counts the hit rate on the replica left.
 
     python tests/bench/prefix_routing.py [--prefixes 8] [--requests 96] [--concurrency 4]
 
@@ -198,25 +198,30 @@ def _stream(url: str, prompt: str) -> float:
     return first
 
 
-def _cache_counters(urls: list[str]) -> tuple[float, float]:
-    hits = queries = 0.0
+def _cache_counters(urls: list[str]) -> dict[str, tuple[float, float]]:
+    """Each answering replica's (prefix-cache hits, queries), in tokens, since it started."""
+    out = {}
     for url in urls:
         try:
             exp = metrics.parse(_get(url + "/metrics").decode())
         except (urllib.error.URLError, OSError):
             continue  # a replica this phase killed
-        hits += metrics.total(exp, "vllm:prefix_cache_hits_total") or 0.0
-        queries += metrics.total(exp, "vllm:prefix_cache_queries_total") or 0.0
-    return hits, queries
+        hits = metrics.total(exp, "vllm:prefix_cache_hits_total") or 0.0
+        out[url] = (hits, metrics.total(exp, "vllm:prefix_cache_queries_total") or 0.0)
+    return out
 
 
 def phase(
     name: str, url: str, replica_urls: list[str], docs: list[str], requests: int, concurrency: int,
     kill: subprocess.Popen[bytes] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """``requests`` completions, prefixes interleaved (p0, p1, ... p0, p1, ...), from ``concurrency``
+    """``requests`` completions, the prefixes interleaved in a shuffled order, from ``concurrency``
     clients; ``kill``: this replica's process group is killed a third of the way in."""
-    prompts = [f"{docs[i % len(docs)]}\nQuestion {i}: what comes next?" for i in range(requests)]
+    # Every prefix as often, in a shuffled order: a fixed p0, p1, ... cycle would let least_conn's
+    # alternation send each prefix to the same replica by accident.
+    order = [i % len(docs) for i in range(requests)]
+    random.Random(requests).shuffle(order)
+    prompts = [f"{docs[p]}\nQuestion {i}: what comes next?" for i, p in enumerate(order)]
     before = _cache_counters(replica_urls)
     ttft: list[float] = []
     failures: list[str] = []
@@ -247,7 +252,10 @@ def phase(
         t.join()
     took = time.monotonic() - start
     after = _cache_counters(replica_urls)
-    hits, queries = after[0] - before[0], after[1] - before[1]
+    # Over the replicas that answer before and after (a killed one's counters are gone with it).
+    both = [u for u in after if u in before]
+    hits = sum(after[u][0] - before[u][0] for u in both)
+    queries = sum(after[u][1] - before[u][1] for u in both)
     ttft.sort()
     return {
         "route": name,
@@ -303,8 +311,10 @@ def main() -> int:
         tokens = int(
             run([str(python), "-c", count, str(model), docs[0][0]], timeout=300).stdout.strip().splitlines()[-1]
         )
-        # Each replica holds about half of a phase's prefixes (and at least one whole request).
-        kv_tokens = max(2048 + 64, tokens * args.prefixes // 2)
+        # Each replica holds three quarters of a phase's prefixes (and at least one whole request):
+        # half of them each, as a prefix-aware router sends them, fit with room to run requests;
+        # all of them, as least_conn sends them, do not.
+        kv_tokens = max(2048 + 64, tokens * args.prefixes * 3 // 4)
         say(f"a prefix is {tokens} tokens; {args.prefixes} per phase; KV cache per replica {kv_tokens} tokens")
         with replicas(python, model, tmp, kv_tokens) as reps:
             urls = [r.url for r in reps]
