@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests import gateway_local
 from tests.conftest import ROOT
 from tests.hosts import images
-from tests.hosts.common import CACHE, digest, run, say
+from tests.hosts.common import digest, run, say
 from vllm_fleet import metrics
 
 ROUTER_PACKAGE = "vllm-router==0.1.17"
@@ -69,15 +69,11 @@ def vllm_python() -> Path:
 
 def router_venv() -> Path:
     """vllm-router from PyPI in a venv of its own, built once per machine."""
-    venv = CACHE / f"vllm-router-{digest([ROUTER_PACKAGE])}"
-    if not (venv / ".complete").exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        say(f"building {venv} ({ROUTER_PACKAGE}, PyPI)")
-        run([sys.executable, "-m", "venv", str(venv)], timeout=300)
-        run([str(venv / "bin/python"), "-m", "pip", "install", "--quiet", ROUTER_PACKAGE], timeout=900)
-        (venv / ".complete").write_text(ROUTER_PACKAGE + "\n")
-    return venv
+
+    def fill(python: Path) -> None:
+        run([str(python), "-m", "pip", "install", "--quiet", ROUTER_PACKAGE], timeout=900)
+
+    return images.cached_venv("vllm-router", digest([ROUTER_PACKAGE]), ROUTER_PACKAGE + " (PyPI)", fill)
 
 
 def build_model(python: Path, folder: Path) -> Path:

