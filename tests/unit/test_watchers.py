@@ -32,6 +32,7 @@ from tests.conftest import ROOT, load_script
 
 GATEWAY_WATCH = ROOT / "roles/llm_gateway/files/gateway_watch.py"
 WATCHDOG = ROOT / "roles/vllm_server/files/watchdog.py"
+REAP = ROOT / "roles/vllm_server/files/reap.py"
 gw = load_script(GATEWAY_WATCH)
 wd = load_script(WATCHDOG)
 
@@ -448,7 +449,9 @@ with open(LOG, "a") as log:
 with open(STATE) as f:
     units = json.load(f)
 unit = units.get(args[-1], {{"ActiveState": "inactive", "MainPID": 0}})
-if args[0] == "show":
+if args[0] == "show" and "--value" in args:
+    print(unit[args[args.index("-p") + 1]])
+elif args[0] == "show":
     print(f"ActiveState={{unit['ActiveState']}}")
     print(f"MainPID={{unit['MainPID']}}")
 elif args[0] == "restart":
@@ -544,6 +547,27 @@ def test_watchdog_restart_kills_then_restarts(systemd: FakeSystemd) -> None:
         "restart vllm-fleet-a.service",
     ]
     assert wd.generation(systemd_launch("a")) == "1010"
+
+
+def test_watchdog_restart_under_reap_kills_what_is_below_it(systemd: FakeSystemd) -> None:
+    """Where the unit's main process is reap.py, the watchdog SIGKILLs what runs below it (a
+    hung API server, stopped, and its own child) and not reap.py, which exits with the
+    launch's status once it reaped them: systemd sees the unit empty at once."""
+    hung = "import subprocess, time; subprocess.Popen(['sleep', '120']); time.sleep(120)"
+    reaper = subprocess.Popen([sys.executable, str(REAP), "--grace", "30", "--", sys.executable, "-c", hung])
+    try:
+        wait_for(lambda: len(wd.descendants(reaper.pid)) == 2, what="the launch and its child below reap.py")
+        launch_pid, _ = wd.descendants(reaper.pid)
+        os.kill(launch_pid, signal.SIGSTOP)
+        systemd.set({"vllm-fleet-a.service": {"ActiveState": "active", "MainPID": reaper.pid}})
+        wd.restart(systemd_launch("a"))
+        assert systemd.calls() == ["restart vllm-fleet-a.service"]  # no `systemctl kill` of the unit
+        # reap.py ends as its launch did (SIGKILL), long before its 30 s grace: nothing was left.
+        assert reaper.wait(timeout=10) == -signal.SIGKILL
+        assert wd.descendants(reaper.pid) == []
+    finally:
+        reaper.kill()
+        reaper.wait()
 
 
 def test_watchdog_loop(replicas: Callable[[], HealthServer], systemd: FakeSystemd, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ watchdog.json: {"interval": S, "timeout": S, "failures": N, "status": PATH,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -65,13 +66,54 @@ def generation(launch: dict[str, Any]) -> str | None:
     return props["MainPID"]
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children...), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1:
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _is_reaper(pid: str) -> bool:
+    """Whether the unit's main process is vllm_server's reap.py (the unit runs vLLM under it)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(arg.endswith(b"/reap.py") for arg in argv[:3])
+
+
 def restart(launch: dict[str, Any]) -> None:
     if launch["runtime"] == "container":
         _out(["docker", "restart", "--time", "0", launch["unit"]])
         return
-    # SIGKILL reaches a stopped process too (SIGTERM would wait for SIGCONT); every process
-    # of the unit goes (vLLM's engine and workers are its children).
-    _out(["systemctl", "kill", "--signal=SIGKILL", launch["unit"]])
+    # SIGKILL reaches a stopped process too (SIGTERM would wait for SIGCONT).
+    main = _out(["systemctl", "show", "-p", "MainPID", "--value", launch["unit"]])
+    if main.isdigit() and main != "0" and _is_reaper(main):
+        # Everything below reap.py, not reap.py itself: it reaps them and exits with the launch's
+        # status once none is left, so systemd sees an empty unit at once. Killing the main
+        # process too would leave systemd waiting TimeoutStopSec for a cgroup-empty
+        # notification that the legacy cgroup hierarchy in a container never sends.
+        for pid in descendants(int(main)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    else:
+        # Every process of the unit (vLLM's engine and workers are its children).
+        _out(["systemctl", "kill", "--signal=SIGKILL", launch["unit"]])
     _out(["systemctl", "restart", launch["unit"]])
 
 
