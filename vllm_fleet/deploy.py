@@ -380,16 +380,22 @@ def instance_served_name(inst: dict[str, Any]) -> str:
 
 
 def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    """Whether nginx runs, where, on which port, in front of which upstreams."""
+    """Whether nginx runs, where, on which port, in front of which upstreams, and who spreads
+    the requests over them (nginx itself, or a vllm-router per model behind it)."""
     wish = str(settings.get("gateway") or "auto")
     enabled = bool(plan["gateway"]["enabled"]) if wish == "auto" else wish == "true"
     nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
+    balancer = str(settings.get("gateway_balancer") or "nginx")
+    policy = str(settings.get("gateway_router_policy") or "cache_aware")
     return {
         "enabled": enabled,
         "host": settings.get("gateway_host") or nodes[0],
         "port": int(settings.get("gateway_port") or 8080),
         "upstreams": list(plan["gateway"]["upstreams"]),
-        "strategy": plan["gateway"].get("strategy", "least_conn"),
+        # nginx's least_conn, or one vllm-router per model behind nginx with its policy.
+        "balancer": balancer,
+        "router_policy": policy,
+        "strategy": plan["gateway"].get("strategy", "least_conn") if balancer == "nginx" else f"vllm-router {policy}",
         # Several models: each one's served name and upstreams; the gateway routes a request
         # by the model its body names (empty: one model, every upstream serves it).
         "routes": [dict(r) for r in plan["gateway"].get("routes") or []],

@@ -118,6 +118,10 @@ VARIABLES: tuple[Var, ...] = (
       ("auto", "true", "false")),
     V("gateway_host", "str", None, "all", "where nginx runs (default: the first node)"),
     V("gateway_port", "int", 8080, "all", "where nginx listens", minimum=1, maximum=65535),
+    V("gateway_balancer", "choice", "nginx", "all",
+      "nginx (least_conn) or vllm-router (one router per model behind nginx, cache-aware)", ("nginx", "vllm-router")),
+    V("gateway_router_policy", "choice", "cache_aware", "all", "vllm-router's policy",
+      ("cache_aware", "power_of_two", "round_robin", "random")),
     # Day 2: metrics and alerts, the watchdog, rolling restarts
     V("monitoring", "choice", "auto", "all", "auto (Prometheus for several instances behind the gateway), true, false",
       ("auto", "true", "false")),

@@ -48,10 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests import gateway_local
 from tests.conftest import ROOT
 from tests.hosts import images
-from tests.hosts.common import digest, run, say
+from tests.hosts.common import run, say
 from vllm_fleet import metrics
 
-ROUTER_PACKAGE = "vllm-router==0.1.17"
 MODEL_NAME = "tiny-llama"
 LOCAL_VLLM = Path("/opt/vllm-fleet/vllm/bin/python")
 # The tiny Llama: 4 layers x 2 KV heads x 32 dims x (K and V) x 2 bytes = 1 KiB per token.
@@ -65,15 +64,6 @@ WORDS = [
 
 def vllm_python() -> Path:
     return LOCAL_VLLM if LOCAL_VLLM.exists() else images.oracle_venv() / "bin" / "python"
-
-
-def router_venv() -> Path:
-    """vllm-router from PyPI in a venv of its own, built once per machine."""
-
-    def fill(python: Path) -> None:
-        run([str(python), "-m", "pip", "install", "--quiet", ROUTER_PACKAGE], timeout=900)
-
-    return images.cached_venv("vllm-router", digest([ROUTER_PACKAGE]), ROUTER_PACKAGE + " (PyPI)", fill)
 
 
 def build_model(python: Path, folder: Path) -> Path:
@@ -154,7 +144,7 @@ def replicas(python: Path, model: Path, tmp: Path, kv_tokens: int) -> Iterator[l
 
 @contextmanager
 def router(upstreams: list[str], tmp: Path) -> Iterator[str]:
-    venv = router_venv()
+    venv = images.router_venv()
     port = gateway_local.free_port()
     argv = [str(venv / "bin/vllm-router"), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *upstreams,
             "--policy", "cache_aware", "--health-check-interval-secs", "2", "--health-failure-threshold", "2",

@@ -85,6 +85,8 @@ def test_env() -> dict[str, str]:
         # The machine-packages stage installs promtool first: the alert-rule tests must run.
         VLLM_FLEET_PROMTOOL_REQUIRED="1",
         VLLM_FLEET_NJS_REQUIRED="1",
+        # tests/integration/test_gateway_router.py runs the real vllm-router (a venv from PyPI).
+        VLLM_FLEET_ROUTER_REQUIRED="1",
     )
 
 

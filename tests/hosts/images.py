@@ -264,6 +264,20 @@ def cached_venv(prefix: str, key: str, what: str, fill: Callable[[Path], None]) 
     return venv
 
 
+# The release llm_gateway's vllm-router balancer installs (llm_gateway_router_version).
+ROUTER_PACKAGE = "vllm-router==0.1.17"
+
+
+def router_venv() -> Path:
+    """vllm-router from PyPI in a venv of its own, built once per machine (about 20 s): the
+    router that tests/integration/test_gateway_router.py and `make bench-prefix` run."""
+
+    def fill(python: Path) -> None:
+        run([str(python), "-m", "pip", "install", "--quiet", ROUTER_PACKAGE], timeout=900)
+
+    return cached_venv("vllm-router", digest([ROUTER_PACKAGE]), ROUTER_PACKAGE + " (PyPI)", fill)
+
+
 RAY_SERVE_PACKAGES = ["ray[serve]==2.60.0", "pyarrow", "pyyaml"]
 
 

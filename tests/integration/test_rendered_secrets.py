@@ -84,6 +84,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "llm_gateway_client_max_body_size": "32m", "llm_gateway_client_body_buffer_size": "4m",
         "llm_gateway_tls_certificate": "",
         "llm_gateway_state_dir": "/var/lib/vllm-fleet/gateway", "llm_gateway_status_allow": [],
+        "__llm_gateway_routers": [],
         "vllm_server_api_key": KEY, "vllm_server_hf_token": "", "vllm_server_env": {},
         "vllm_server_config_dir": "/etc/vllm-fleet/vllm", "vllm_server_state_dir": "/var/lib/vllm-fleet/vllm",
         "vllm_server_venv": "/opt/vllm-fleet/vllm", "vllm_server_nofile": 65536,

@@ -4,7 +4,14 @@ test host (node1, node2), and the gateway on node3 routes every request by the m
 its body names. One site.yml run, then on that deployment: each model answers through
 the one gateway endpoint by its name (plain and streamed), an unknown name gets vLLM's
 own 404, ``/v1/models`` lists both, the allocation table in plan.md matches what runs on
-each host, a second run changes nothing, and teardown leaves no unit."""
+each host, a second run changes nothing, and teardown leaves no unit.
+
+The gateway runs with ``vllm_fleet_gateway_balancer: vllm-router``: nginx checks the key and
+routes by name to one vLLM router per model on node3's loopback (vllm-router from the
+hosts' wheel folder), whose workers the gateway's watcher set: each router lists exactly
+its model's replica, listens on loopback only, and holds the replicas' key in no command
+line. (nginx's own least_conn per model is what tests/integration/test_gateway_routing.py
+runs with real nginx and njs.)"""
 
 from __future__ import annotations
 
@@ -64,6 +71,8 @@ def _inventory(path: Path, hosts: Hosts) -> Path:
                 # Prometheus is test_serve_on_hosts' (about a minute more here for nothing new).
                 "vllm_fleet_monitoring": False,
                 "vllm_fleet_enforce_eager": True,
+                "vllm_fleet_gateway_balancer": "vllm-router",
+                "llm_gateway_router_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
                 "vllm_server_installer": "uv",
                 "vllm_server_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
             },
@@ -128,6 +137,20 @@ def test_two_models_behind_one_gateway_routed_by_name(test_hosts: Hosts, tmp_pat
     for row in rows:
         assert row["kv"]["verdict"] == "match", row  # each model's KV tokens within 5 % of its plan
 
+    # One vllm-router per model on node3's loopback, each with its model's replica as its only worker.
+    assert {r["layout"] for r in rows if r["via"] == "gateway"} == {"1 instance(s), vllm-router cache_aware"}, rows
+    listening = _on(node3.name, "ss -ltnH")
+    for index, (name, node) in enumerate((("alpha", node1), ("beta", node2))):
+        unit = f"vllm-fleet-gateway-router-{index}.service"
+        assert _on(node3.name, f"systemctl is-active {unit}").strip() == "active", unit
+        assert f"127.0.0.1:{8200 + index} " in listening and f"0.0.0.0:{8200 + index} " not in listening, listening
+        workers = json.loads(_on(node3.name, f"curl -s -m 5 http://127.0.0.1:{8200 + index}/list_workers"))
+        assert workers == {"urls": [f"http://{node.address}:8000"]}, (name, workers)
+        pid = _on(node3.name, f"systemctl show -p MainPID --value {unit}").strip()
+        assert API_KEY not in _on(node3.name, f"tr '\\0' ' ' < /proc/{pid}/cmdline"), "the key is on argv"
+        assert API_KEY not in _on(node3.name, f"systemctl cat {unit}")
+    assert _on(node3.name, "stat -c '%a %U' /etc/vllm-fleet/gateway/router.key").split() == ["600", "root"]
+
     gateway = f"http://{node3.address}:8080"
     # Each model by its name through the one endpoint; vLLM's answer names the model that served it.
     for name in ("alpha", "beta"):
@@ -174,3 +197,4 @@ def test_two_models_behind_one_gateway_routed_by_name(test_hosts: Hosts, tmp_pat
     for node in test_hosts.nodes:
         units = _on(node.name, "systemctl list-units --all --no-legend 'vllm-fleet-*' | grep -v ' not-found '")
         assert units.strip() == "", f"{node.name}: {units}"
+    assert _on(node3.name, "test -e /opt/vllm-fleet/router && echo left || true").strip() == "", "the router's venv"

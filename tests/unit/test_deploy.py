@@ -233,11 +233,19 @@ def test_gateway_on_its_own_host() -> None:
         "host": "node3",
         "port": 8080,
         "upstreams": ["10.77.0.11:8000", "10.77.0.12:8000"],
+        "balancer": "nginx",
+        "router_policy": "cache_aware",
         "strategy": "least_conn",
         "routes": [],
         "here": False,
         "upstreams_here": ["10.77.0.11:8000"],
     }
+    # vllm-router instead: the record says so, and verify's gateway row names the policy.
+    routed = _settings(model=str(TINY), gateway=True, gateway_host="node3", gateway_balancer="vllm-router",
+                       gateway_router_policy="power_of_two")  # fmt: skip
+    record = deploy.node_record(plan, "node1", routed, context)
+    assert (record["gateway"]["balancer"], record["gateway"]["strategy"]) == ("vllm-router", "vllm-router power_of_two")
+    assert record["verify"]["targets"][0]["layout"] == "2 instance(s), vllm-router power_of_two"
     assert rec["verify"]["from"] == "node3" and rec["verify"]["gateway"]
     assert [(t["via"], t["endpoint"]) for t in rec["verify"]["targets"]] == [
         ("gateway", "127.0.0.1:8080"), ("direct", "10.77.0.11:8000"), ("direct", "10.77.0.12:8000"),

@@ -127,3 +127,35 @@ def test_processes_re_parented_here_after_the_grace_are_killed_too(tmp_path: Pat
     assert done.returncode == 0
     grandchild, child = (int(p) for p in pids.read_text().split())
     assert not _alive(child) and not _alive(grandchild)
+
+
+def test_a_launch_that_ignores_the_stop_is_killed_after_the_stop_grace(tmp_path: Path) -> None:
+    """vLLM whose engine waits on a Ray head that is gone ignores SIGTERM: after --stop-grace
+    reap.py kills it and what it started, and ends by SIGTERM (a clean stop for systemd)."""
+    ready, pidfile = tmp_path / "ready", tmp_path / "child.pid"
+    script = _launch(
+        tmp_path,
+        f"""
+        import os, signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        open({str(pidfile)!r}, "w").write(str(child.pid))
+        open({str(ready)!r}, "w").write(str(os.getpid()))
+        time.sleep(600)
+        """,
+    )
+    wrapper = subprocess.Popen(
+        [sys.executable, str(REAP), "--stop-grace", "1", "--", sys.executable, str(script)], stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    launch, child = int(ready.read_text()), int(pidfile.read_text())
+    start = time.monotonic()
+    os.kill(wrapper.pid, signal.SIGTERM)
+    assert wrapper.wait(timeout=20) == -signal.SIGTERM
+    took = time.monotonic() - start
+    assert 0.9 <= took < 8, f"stopped after {took:.1f} s with a 1 s stop grace"
+    assert not _alive(launch) and not _alive(child)
+    assert wrapper.stderr is not None and b"did not stop within 1 s of SIGTERM" in wrapper.stderr.read()

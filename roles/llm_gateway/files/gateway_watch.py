@@ -13,6 +13,12 @@ On every change it rewrites the upstream file and sends nginx's master SIGHUP. E
 round it writes a status file (JSON: every upstream's state, since when, its failed
 checks) that the rolling restart and `vllm-fleet status` read. Stdlib only.
 
+With vllm-router as the balancer (``routers`` in the configuration: one router per model
+on loopback, behind nginx), the same decisions go to each router through its admin API
+instead: every round its worker list (GET /list_workers) is made the model's replicas that
+are in rotation (POST /add_worker, /remove_worker). A router that restarted comes back
+empty and gets its workers within a round; one that does not answer is retried each round.
+
     gateway_watch.py --config watch.json [--once]
 
 --once: one round of checks, write the upstream file, no reload, exit (the role runs it
@@ -30,6 +36,7 @@ import signal
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -48,6 +55,13 @@ def healthy(upstream: str, timeout: float) -> bool:
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         # HTTPException: something on the port that is not HTTP (BadStatusLine is no OSError).
         return False
+
+
+def router_call(address: str, method: str, path: str, timeout: float) -> str:
+    """One call to a vllm-router's admin API (it listens on loopback, no key)."""
+    request = urllib.request.Request(f"http://{address}{path}", method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return str(resp.read().decode())
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -71,6 +85,13 @@ class Watch:
         self.groups: list[tuple[Path, list[str]]] = [(self.conf, self.upstreams)] + [
             (Path(g["conf"]), [u for u in g["upstreams"] if u in self.upstreams]) for g in config.get("groups") or []
         ]
+        # vllm-router as the balancer: each router's address and the replicas it routes to.
+        self.routers: list[tuple[str, list[str]]] = [
+            (str(r["address"]), [u for u in r["upstreams"] if u in self.upstreams]) for r in config.get("routers") or []
+        ]
+        # add_worker returns once the router saw the worker healthy (its startup timeout).
+        self.router_timeout = float(config.get("router_timeout", 20))
+        self.router_state: dict[str, dict[str, Any]] = {a: {"workers": None, "error": None} for a, _ in self.routers}
         self.drain = Path(config["drain_dir"])
         self.status = Path(config["status"])
         self.pidfile = Path(config["pidfile"])
@@ -118,6 +139,26 @@ class Watch:
                 }[new]
                 say(f"{upstream}: {old} -> {new} ({why})")
 
+    def sync_routers(self) -> None:
+        """Each router's workers: the replicas of its model that are in rotation."""
+        for address, members in self.routers:
+            st = self.router_state[address]
+            want = {f"http://{u}" for u in members if self.state[u]["state"] == UP}
+            try:
+                have = set(json.loads(router_call(address, "GET", "/list_workers", self.router_timeout))["urls"])
+                for verb, urls in (("add", sorted(want - have)), ("remove", sorted(have - want))):
+                    for url in urls:
+                        query = f"/{verb}_worker?url=" + urllib.parse.quote(url, safe="")
+                        router_call(address, "POST", query, self.router_timeout)
+                        say(f"router {address}: {verb} {url}")
+            except (urllib.error.URLError, OSError, ValueError, KeyError, http.client.HTTPException) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                if st["error"] != error:
+                    say(f"router {address}: {error}; trying again next round")
+                st.update(workers=None, error=error)
+                continue
+            st.update(workers=sorted(want), error=None)
+
     def render(self, upstreams: list[str] | None = None) -> str:
         lines = ["# Written by gateway_watch.py (vllm-fleet): the replicas and which are in rotation."]
         for upstream in self.upstreams if upstreams is None else upstreams:
@@ -145,6 +186,8 @@ class Watch:
             "updated": time.time(),
             "upstreams": {u: {k: v for k, v in st.items() if k != "passes"} for u, st in self.state.items()},
         }
+        if self.routers:
+            status["routers"] = self.router_state
         write_atomic(self.status, json.dumps(status, indent=1, sort_keys=True) + "\n")
         return not same
 
@@ -184,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     while not stop:
         started = time.monotonic()
         watch.check()
+        watch.sync_routers()
         watch.write(reload=True)
         time.sleep(max(0.0, watch.interval - (time.monotonic() - started)))
     return 0

@@ -2,7 +2,7 @@
 """Run a vLLM launch as the unit's main process's only child, and exit only once every
 process it left behind has exited too.
 
-    reap.py [--grace SECONDS] -- ARGV...
+    reap.py [--grace SECONDS] [--stop-grace SECONDS] -- ARGV...
 
 vLLM leaves processes behind when its API server exits (Python's multiprocessing resource
 tracker, an engine core whose parent was killed). systemd's KillMode=mixed then kills them
@@ -16,6 +16,11 @@ cgroup is empty when the main process exits and systemd has nothing left to wait
   went to vLLM when it was the main process.
 * After ARGV's process exits, what it left gets --grace seconds (default 10) to exit on its
   own, then SIGKILL.
+* Asked to stop (SIGTERM or SIGINT), ARGV's process gets --stop-grace seconds (default 30)
+  to exit, then it and everything below it get SIGKILL from here. A vLLM that ignores the
+  stop (an engine waiting for a Ray head that is gone) is then gone before systemd's own
+  TimeoutStopSec, whose SIGKILL would reach reap.py too and leave systemd waiting once more
+  for the cgroup-empty notification. reap.py then ends by SIGTERM, a clean stop for systemd.
 * The exit status is ARGV's: the same code, or the same signal re-raised, so Restart= and
   RestartPreventExitStatus= see what they saw before.
 
@@ -54,6 +59,27 @@ def _children() -> list[int]:
     return found
 
 
+def _descendants() -> list[int]:
+    """Every process below this one (what the launch started, and their children)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1:
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for pid in parents.get(todo.pop(), []):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
 def _reap(grace: float) -> None:
     """Wait up to ``grace`` seconds for the left-behind processes, then SIGKILL and reap them,
     and any that are re-parented here meanwhile (a killed engine core's workers), until none is left."""
@@ -73,11 +99,15 @@ def _reap(grace: float) -> None:
 
 
 def main(argv: list[str]) -> int:
-    grace = 10.0
-    if argv[:1] == ["--grace"]:
-        grace, argv = float(argv[1]), argv[2:]
+    grace, stop_grace = 10.0, 30.0
+    while argv[:1] in (["--grace"], ["--stop-grace"]) and len(argv) > 1:
+        if argv[0] == "--grace":
+            grace = float(argv[1])
+        else:
+            stop_grace = float(argv[1])
+        argv = argv[2:]
     if argv[:1] != ["--"] or len(argv) < 2:
-        print("usage: reap.py [--grace SECONDS] -- ARGV...", file=sys.stderr)
+        print("usage: reap.py [--grace SECONDS] [--stop-grace SECONDS] -- ARGV...", file=sys.stderr)
         return 2
     argv = argv[1:]
     libc = ctypes.CDLL(None, use_errno=True)
@@ -85,8 +115,11 @@ def main(argv: list[str]) -> int:
         print(f"reap.py: PR_SET_CHILD_SUBREAPER failed (errno {ctypes.get_errno()})", file=sys.stderr)
     pending: list[int] = []
     child: subprocess.Popen[bytes] | None = None
+    stop_by: list[float] = []  # when a stop that is not done by then gets SIGKILL
 
     def forward(signum: int, _frame: object) -> None:
+        if signum in (signal.SIGTERM, signal.SIGINT) and not stop_by:
+            stop_by.append(time.monotonic() + stop_grace)
         if child is None:  # before the launch started: delivered right after
             pending.append(signum)
             return
@@ -98,7 +131,20 @@ def main(argv: list[str]) -> int:
     child = subprocess.Popen(argv)  # inherits the unit's environment, stdout and stderr
     for queued in pending:
         child.send_signal(queued)
-    code = child.wait()
+    while True:
+        try:
+            code = child.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if stop_by and time.monotonic() >= stop_by[0]:
+            print(f"reap.py: the launch did not stop within {stop_grace:g} s of SIGTERM; killing it", file=sys.stderr)
+            for pid in _descendants():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            stop_by[0] = float("inf")
+    if stop_by and stop_by[0] == float("inf"):
+        code = -signal.SIGTERM  # stopped as asked, if late: systemd counts the stop clean
     _reap(grace)
     if code < 0:  # killed by a signal: end the same way
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
