@@ -90,10 +90,9 @@ def _inventory(path: Path, hosts: Hosts, **extra: object) -> Path:
                 "vllm_fleet_gateway_host": gateway.name,
                 "vllm_fleet_api_key": API_KEY,
                 "vllm_fleet_connect_timeout": 5,
-                # No torch.compile: each of the five starts (first, kill -9, interrupted run, DP=2,
-                # Ray) takes about half as long on one core. The compiled path runs in
-                # vllm_server's Molecule scenario (TP=2 on a host) and in the local default.
-                "vllm_fleet_enforce_eager": True,
+                # torch.compile stays on: with --enforce-eager, vLLM 0.32's CPU build fails PP=2 at
+                # its first request (EngineCore KeyError on the request id, AssertionError in the
+                # PP1 worker), measured on 2026-12-02.
                 "vllm_server_installer": "uv",
                 "vllm_server_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
                 **extra,

@@ -79,7 +79,7 @@ def _inventory(path: Path, hosts: Hosts, env: dict[str, str] | None = None) -> P
                 "vllm_server_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
                 "vllm_fleet_monitoring_scrape_interval": 5,
                 # No torch.compile: each of the four starts (first, two rolling, one watchdog)
-                # takes about half as long on one core. The compiled path: vllm_server's Molecule, the local default.
+                # takes about half as long on one core. The compiled path: test_multinode, vllm_server's Molecule.
                 "vllm_fleet_enforce_eager": True,
             },
         }
