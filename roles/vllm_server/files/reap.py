@@ -42,9 +42,9 @@ PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def _children() -> list[int]:
-    """The PIDs whose parent is this process (what the launch left, re-parented here)."""
-    me, found = os.getpid(), []
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every process's PID, by its parent's PID, from /proc."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -54,27 +54,21 @@ def _children() -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and int(fields[1]) == me:
-            found.append(int(entry.name))
-    return found
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def _children() -> list[int]:
+    """The PIDs whose parent is this process (what the launch left, re-parented here)."""
+    return _children_by_parent().get(os.getpid(), [])
 
 
 def _descendants() -> list[int]:
     """Every process below this one (what the launch started, and their children)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1:
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [os.getpid()]
+    children, found, todo = _children_by_parent(), [], [os.getpid()]
     while todo:
-        for pid in parents.get(todo.pop(), []):
+        for pid in children.get(todo.pop(), []):
             found.append(pid)
             todo.append(pid)
     return found
