@@ -1,8 +1,9 @@
 """``vllm-fleet doctor``: the failures of FIELD_NOTES.md that can be seen before serving.
 
 The doctor playbook (playbooks/doctor.yml) gathers one JSON *bundle* from every node (facts from
-the gpu_facts role, Docker, the serving image, the model files, Ray/vLLM versions, and which
-ports each node reaches on the others); :func:`evaluate` turns it into one line per check.
+the gpu_facts role, the NVSwitches and their fabric manager, Docker, the serving image, the model
+files, Ray/vLLM versions, and which ports each node reaches on the others); :func:`evaluate` turns
+it into one line per check.
 Pure Python: the same bundle gives the same verdict on a laptop.
 
 Bundle (every key optional unless said)::
@@ -15,6 +16,7 @@ Bundle (every key optional unless said)::
          "device": "cuda" | "cpu",
          "address": "10.0.0.1", "interface": "eth0",   # what the inventory/plan uses
          "facts": {...},                    # gpu_facts_found (vllm_fleet.facts.host_facts)
+         "fabric": {"nvswitches": 4, "service": "active", "version": "570.124.06"},  # NVSwitch nodes only
          "docker": {"runtimes": ["nvidia", "runc"], "default_ulimits": {"memlock": {"Hard": -1}}},
          "image": {"id": "sha256:...", "cuda_version": "12.8.1"},
          "model": {"files": 4, "bytes": 123, "problems": []},
@@ -103,6 +105,40 @@ def check_driver_cuda(nodes: dict[str, dict[str, Any]]) -> Check:
     if not compared:
         return Check("driver vs image CUDA", SKIP, "no node reported both its driver's and its image's CUDA version")
     return Check("driver vs image CUDA", PASS, f"the driver supports the image's CUDA on {compared} node(s)")
+
+
+def check_fabric_manager(nodes: dict[str, dict[str, Any]]) -> Check:
+    """NVSwitch boards (HGX/DGX) initialise CUDA only while nvidia-fabricmanager of the loaded driver's
+    exact version runs (FIELD_NOTES: "system not yet initialized" otherwise)."""
+    switched = {n: node for n, node in _gpu_nodes(nodes).items() if (node.get("fabric") or {}).get("nvswitches")}
+    if not switched:
+        return Check("fabric manager", SKIP, "no node has NVSwitches: no fabric manager needed")
+    problems = []
+    for name, node in switched.items():
+        fabric = node["fabric"]
+        state, version = fabric.get("service") or "unknown", fabric.get("version")
+        driver = (node.get("facts") or {}).get("driver_version")
+        if not version:
+            problems.append(f"{name} ({fabric['nvswitches']} NVSwitches): no nvidia-fabricmanager installed")
+        elif state != "active":
+            problems.append(f"{name} ({fabric['nvswitches']} NVSwitches): nvidia-fabricmanager {version} is {state}")
+        elif driver and version != driver:
+            problems.append(
+                f"{name}: nvidia-fabricmanager {version} beside driver {driver} (it stops at its next start)"
+            )
+    if problems:
+        return Check(
+            "fabric manager",
+            FAIL,
+            "; ".join(problems) + " (CUDA: 'system not yet initialized')",
+            "run playbooks/prepare.yml: nvidia_driver installs nvidia-fabricmanager of the driver's exact version "
+            "and starts it (reboot first if it says so); see `journalctl -u nvidia-fabricmanager -b`",
+        )
+    return Check(
+        "fabric manager",
+        PASS,
+        f"nvidia-fabricmanager active and of the driver's version on {len(switched)} NVSwitch node(s)",
+    )
 
 
 def check_toolkit(bundle: dict[str, Any]) -> Check:
@@ -302,6 +338,7 @@ def evaluate(bundle: dict[str, Any]) -> list[Check]:
     return [
         check_driver(nodes),
         check_driver_cuda(nodes),
+        check_fabric_manager(nodes),
         check_toolkit(bundle),
         check_shm(bundle),
         check_memlock(bundle),

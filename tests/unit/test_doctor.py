@@ -29,6 +29,7 @@ def _node(address: str, *, ib: bool = True) -> dict[str, Any]:
             "infiniband": [{"device": "mlx5_0", "port": "1", "gbps": 400.0, "state": "ACTIVE"}] if ib else [],
             "route_to_head": {"interface": "ens1", "address": address},
         },
+        "fabric": {"nvswitches": 4, "service": "active", "version": "570.124.06"},
         "docker": {
             "runtimes": ["io.containerd.runc.v2", "nvidia", "runc"],
             "default_ulimits": {"memlock": {"Hard": -1}},
@@ -82,6 +83,21 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
             _set("nodes.node2.facts.cuda_version", "12.4"),
             "driver vs image CUDA",
             "node2 (driver supports CUDA 12.4, image has 12.8.1)",
+        ),
+        (
+            _set("nodes.node2.fabric.service", "failed"),
+            "fabric manager",
+            "node2 (4 NVSwitches): nvidia-fabricmanager 570.124.06 is failed",
+        ),
+        (
+            _set("nodes.node1.fabric", {"nvswitches": 4, "service": "inactive", "version": None}),
+            "fabric manager",
+            "node1 (4 NVSwitches): no nvidia-fabricmanager installed",
+        ),
+        (
+            _set("nodes.node2.fabric.version", "570.86.15"),
+            "fabric manager",
+            "node2: nvidia-fabricmanager 570.86.15 beside driver 570.124.06",
         ),
         (_set("nodes.node1.docker.runtimes", ["runc"]), "container toolkit", "no nvidia runtime on node1"),
         (
@@ -151,6 +167,31 @@ def test_without_infiniband_memlock_does_not_matter() -> None:
     assert _status(bundle, "memlock / IPC_LOCK").status == "PASS"
 
 
+@pytest.mark.parametrize(
+    "fabric",
+    [None, {"nvswitches": 0}, "absent"],
+    ids=["not-probed", "pcie-board-no-nvswitch", "bundle-without-the-key"],
+)
+def test_without_nvswitches_no_fabric_manager_is_needed(fabric: dict[str, Any] | str | None) -> None:
+    bundle = healthy()
+    for node in bundle["nodes"].values():
+        if fabric == "absent":
+            del node["fabric"]
+        else:
+            node["fabric"] = fabric
+    check = _status(bundle, "fabric manager")
+    assert check.status == "SKIP" and "no node has NVSwitches" in check.detail
+
+
+def test_the_fabric_manager_fix_names_the_role_and_the_journal() -> None:
+    bundle = healthy()
+    bundle["nodes"]["node1"]["fabric"]["service"] = "failed"
+    check = _status(bundle, "fabric manager")
+    assert "system not yet initialized" in check.detail
+    assert "nvidia_driver" in check.fix and "journalctl -u nvidia-fabricmanager" in check.fix
+    assert _status(healthy(), "fabric manager").detail.endswith("on 2 NVSwitch node(s)")
+
+
 def test_a_cpu_deployment_skips_the_gpu_checks() -> None:
     bundle = {
         "head": "localhost",
@@ -158,7 +199,7 @@ def test_a_cpu_deployment_skips_the_gpu_checks() -> None:
         "nodes": {"localhost": {"device": "cpu", "facts": {"gpu_count": 0}}},
     }
     statuses = {c.name: c.status for c in doctor.evaluate(bundle)}
-    assert statuses["gpu driver"] == statuses["container toolkit"] == "SKIP"
+    assert statuses["gpu driver"] == statuses["container toolkit"] == statuses["fabric manager"] == "SKIP"
     assert "FAIL" not in statuses.values()
 
 
@@ -167,7 +208,7 @@ def test_the_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixtu
     good.write_text(json.dumps(healthy()))
     assert main(["doctor", "--bundle", str(good)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("PASS  gpu driver") and lines[-1] == "10 checks: no failure"
+    assert lines[0].startswith("PASS  gpu driver") and lines[-1] == "11 checks: no failure"
 
     bad = copy.deepcopy(healthy())
     bad["nodes"]["node2"]["versions"]["vllm"] = "0.10.2"
