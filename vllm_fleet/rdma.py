@@ -20,8 +20,11 @@ the variables are listed at https://docs.nvidia.com/deeplearning/nccl/user-guide
   family. InfiniBand ports ignore it. The right value is site-specific (``show_gids``):
   ``vllm_fleet_roce_gid_index`` sets it on RoCE nodes, nothing sets it elsewhere.
 * ``NCCL_IB_DISABLE=1``: no IB transport at all; NCCL talks over sockets (NET/Socket).
-  Ranks of one communicator must agree: a multi-node group whose nodes do not all have
-  RDMA of one link layer runs every member on sockets (:func:`group_env`).
+  Each rank's communicator takes the first network that initialises, IB before Socket
+  (src/plugin/net.cc ``ncclNetInit``), and hands its peers that network's connection
+  handles; nothing checks that the peers took the same one. So a multi-node group whose
+  nodes do not all have RDMA of one link layer runs every member on sockets
+  (:func:`group_env`).
 
 RDMA in a container needs the capability IPC_LOCK (NCCL registers, i.e. pins, its buffers),
 the device folder /dev/infiniband (the verbs devices) and unlimited locked memory
