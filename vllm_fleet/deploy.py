@@ -12,6 +12,9 @@ so that playbooks compute it once and hand its parts to roles:
 * ``launches``: every ``vllm serve`` this node runs (argv, env, ports, GPU ids,
   bind address, group restart and Ray attach settings);
 * ``gateway`` and ``verify``: where nginx runs, its upstreams, what verify probes;
+* ``rdma``: the node's InfiniBand/RoCE devices from its gpu_facts (vllm_fleet/rdma.py), the
+  NCCL variables every launch and the Ray processes get, and the container settings
+  (IPC_LOCK, /dev/infiniband, unlimited memlock) where there are devices;
 * ``served_model_name``, ``firewall_sources`` and ``paths`` (where the roles record
   what they started, which the preview reads back: vllm_fleet/preview.py).
 
@@ -26,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet import serve
+from vllm_fleet import rdma, serve
 from vllm_fleet.errors import PlanError
 
 ROLES = Path(__file__).resolve().parents[1] / "roles"
@@ -164,9 +167,11 @@ def node_record(
 ) -> dict[str, Any]:
     """Everything ``node`` runs. ``settings``: the node's resolved ``vllm_fleet_*``
     values (:func:`vllm_fleet.interface.resolve`). ``context``: what only the hosts
-    know (``cpu_cores``, ``model_path`` on the nodes) and role variables the
-    inventory sets (``ray_cluster_*``, ``vllm_server_*``)."""
+    know (``cpu_cores``, ``model_path`` on the nodes, ``fabric``: every node's RDMA
+    ports and settings, :func:`fabric_of`) and role variables the inventory sets
+    (``ray_cluster_*``, ``vllm_server_*``)."""
     ctx = dict(context or {})
+    fabric = fabric_of(node, settings, ctx.get("fabric"))
     ray_vars = _overlay("ray_cluster", _RAY_KEYS, ctx.get("role_vars"))
     server_vars = _overlay("vllm_server", _SERVER_KEYS, ctx.get("role_vars"))
     here = _instances_here(plan, node)
@@ -221,8 +226,19 @@ def node_record(
     launches = serve.launches(here, node, options)
     if not launches:
         built = {}  # built only where a vllm serve runs (the record owns it; the playbook loops over it)
+    # Where a group's members differ in RDMA, its NCCL runs on sockets (vllm_fleet/rdma.py).
+    notes: list[str] = []
+    if ray is not None:
+        ray["nccl_env"], why = rdma.group_env(node, list(ray["members"]), fabric)
+        if ray["nccl_env"] != fabric[node]["env"]:
+            notes.append(f"Ray cluster {ray['name']}: {why}")
     for launch in launches:
         inst = next(i for i in here if i["name"] == launch["instance"])
+        # The plan's NCCL variables under the launch's own (vllm_fleet_extra_env wins).
+        nccl, why = rdma.group_env(node, list(inst["nodes"]), fabric)
+        launch["env"] = dict(sorted({**nccl, **launch["env"]}.items()))
+        if nccl != fabric[node]["env"]:
+            notes.append(f"{inst['name']}: {why}")
         launch["group"] = _group(inst, settings)
         launch["wrapper"] = _wrapper(launch, server_vars["state_dir"])
         # The head re-forms its group when a member restarts after it (a re-run restarts
@@ -309,6 +325,10 @@ def node_record(
             "failures": int(settings.get("watchdog_failures") or 3),
         },
         "rolling": rolling_of(plan, settings, gateway),
+        # InfiniBand/RoCE (vllm_fleet/rdma.py): the devices, the node's NCCL variables (in every
+        # launch's env and Ray's nccl_env; sockets for a group whose members differ: notes) and
+        # what the containers get (IPC_LOCK, /dev/infiniband, memlock) only where there are devices.
+        "rdma": {**fabric[node], "notes": notes},
         "served_model_name": served_name(plan, here),
         "model_path": path,
         # Config-only model folders to fill with random weights here (build_model): the node's
@@ -338,6 +358,29 @@ def node_record(
             | monitor_ports
         ),
     }
+
+
+FABRIC_KEYS = ("rdma", "rdma_devices", "roce_gid_index")
+
+
+def fabric_of(node: str, settings: dict[str, Any], given: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """:func:`vllm_fleet.rdma.node_rdma` of ``node`` and of every other node ``given`` knows:
+    ``{name: {"infiniband": gpu_facts' ports or None, "rdma": ..., "rdma_devices": ...,
+    "roce_gid_index": ...}}`` (playbooks/tasks/node_record.yml, the vllm_fleet_fabric filter).
+    ``node``'s own settings are ``settings``; a node absent from ``given`` has no facts. Another
+    node whose settings cannot work is left out (its own record names the problem)."""
+    given = dict(given or {})
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in given.items():
+        if name == node:
+            continue
+        try:
+            out[name] = rdma.node_rdma(name, (entry or {}).get("infiniband"), dict(entry or {}))
+        except PlanError:
+            continue
+    mine = {k: settings.get(k) for k in FABRIC_KEYS}
+    out[node] = rdma.node_rdma(node, (given.get(node) or {}).get("infiniband"), mine)
+    return out
 
 
 def _group(inst: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:

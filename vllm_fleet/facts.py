@@ -12,7 +12,8 @@ Inputs (all optional strings):
 * ``nvidia_smi_q``: ``nvidia-smi -q`` (for "CUDA Version")
 * ``topo``: ``nvidia-smi topo -m``
 * ``net``: lines ``NAME SPEED OPERSTATE`` from /sys/class/net/*/{speed,operstate}
-* ``ib``: tab-separated ``DEVICE PORT RATE STATE`` from /sys/class/infiniband/*/ports/*/{rate,state}
+* ``ib``: tab-separated ``DEVICE PORT RATE STATE LINK_LAYER`` from
+  /sys/class/infiniband/*/ports/*/{rate,state,link_layer}
 * ``route``: ``ip -4 -o route get HEAD``; ``addresses``: ``ip -4 -o addr show``
 * ``shm``: ``df --block-size=1 --output=size /dev/shm``
 * ``memlock``: ``ulimit -l`` (KiB or "unlimited")
@@ -170,23 +171,33 @@ def parse_net(text: str) -> list[dict[str, Any]]:
 
 
 def parse_ib(text: str) -> list[dict[str, Any]]:
-    """InfiniBand/RoCE ports from tab-separated ``DEVICE PORT RATE STATE`` lines, as the role reads
-    /sys/class/infiniband/*/ports/*/{rate,state}: rate "400 Gb/sec (4X NDR)", state "4: ACTIVE"."""
+    """InfiniBand/RoCE ports from tab-separated ``DEVICE PORT RATE STATE LINK_LAYER`` lines, as the
+    role reads /sys/class/infiniband/*/ports/*/{rate,state,link_layer}: rate "400 Gb/sec (4X NDR)",
+    state "4: ACTIVE", link layer "InfiniBand" or "Ethernet" (RoCE). ``link_layer`` is
+    ``infiniband``, ``roce`` or None where the line has no fifth field (facts recorded before
+    gpu_facts read it) or the kernel reports something else."""
     ports = []
     for line in text.splitlines():
         parts = line.split("\t")
         if len(parts) < 4:
             continue
         rate = re.match(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec", parts[2])
+        layer = parts[4].strip().lower() if len(parts) > 4 else ""
         ports.append(
             {
                 "device": parts[0].strip(),
                 "port": int(parts[1]) if parts[1].strip().isdigit() else None,
                 "gbps": float(rate.group(1)) if rate else None,
                 "state": parts[3].split(":")[-1].strip(),
+                "link_layer": _LINK_LAYERS.get(layer),
             }
         )
     return ports
+
+
+# /sys/class/infiniband/<dev>/ports/<n>/link_layer: "InfiniBand", or "Ethernet" for RDMA over
+# Converged Ethernet (RoCE) ports.
+_LINK_LAYERS = {"infiniband": "infiniband", "ethernet": "roce"}
 
 
 def parse_route(text: str, addresses: str = "") -> dict[str, str | None]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import difflib
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,9 @@ class Var:
     maximum: float | None = None
     # An empty string is a value of its own (vllm_package: "" uses the installed vLLM).
     empty_ok: bool = False
+    # Each element of a list must match this (fullmatch), with an example for the fix.
+    pattern: str = ""
+    example: str = ""
 
     @property
     def full(self) -> str:
@@ -75,6 +79,15 @@ VARIABLES: tuple[Var, ...] = (
     V("address", "str", None, "node", "cluster address (VLLM_HOST_IP, Ray node IP, vLLM's bind address)"),
     V("interface", "str", None, "node", "NIC for NCCL/Gloo (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)"),
     V("cpu_cores", "int", None, "node", "cores vLLM's CPU build binds (default: nproc)", minimum=1, maximum=1 << 16),
+    V("rdma", "choice", "auto", "all/node", "RDMA for NCCL (vllm_fleet/rdma.py): auto (the active InfiniBand "
+      "or RoCE ports gpu_facts found; none where the facts were not gathered), infiniband or roce (stated: the "
+      "rdma_devices, else the detected active ports of that link layer), off (NCCL_IB_DISABLE=1, no IPC_LOCK, "
+      "/dev/infiniband or memlock in the containers)", ("auto", "infiniband", "roce", "off")),
+    V("rdma_devices", "list", None, "node", "the RDMA devices NCCL uses (`mlx5_0`, or `mlx5_0:1` for one port), with "
+      "rdma infiniband or roce; default: the detected active ports", pattern=r"[A-Za-z0-9_.-]+(:[0-9]+)?",
+      example="[mlx5_0, mlx5_1:1]"),
+    V("roce_gid_index", "int", None, "all/node", "NCCL_IB_GID_INDEX on RoCE nodes (site-specific: `show_gids`); unset: "
+      "NCCL picks; never set on InfiniBand", minimum=0, maximum=1023),
     # Wishes that change the plan
     V("max_model_len", "int", None, "all", "context length (default: vLLM's, lowered to what fits)", minimum=1,
       maximum=LIMITS["max_model_len"]),
@@ -205,8 +218,12 @@ def _coerce(var: Var, raw: Any) -> Any:
         return number
     if kind == "list":
         if not isinstance(raw, list) or not all(isinstance(a, str | int | float) for a in raw):
-            raise bad(f"must be a list of strings, got {raw!r}", 'e.g. ["--seed", "1"]')
-        return [str(a) for a in raw]
+            raise bad(f"must be a list of strings, got {raw!r}", "e.g. " + (var.example or '["--seed", "1"]'))
+        items = [str(a) for a in raw]
+        wrong = [a for a in items if var.pattern and not re.fullmatch(var.pattern, a)]
+        if wrong:
+            raise bad(f"{wrong[0]!r} is not a valid entry", f"e.g. {var.example}")
+        return items
     if kind == "models":
         # Each entry is checked where the allocator reads it (field vllm_fleet_models[i].key).
         from vllm_fleet.allocate import wishes_from_data
@@ -244,6 +261,14 @@ def resolve(raw: Mapping[str, Any]) -> dict[str, Any]:
             continue
         value = _coerce(var, value)
         out[var.name] = bool(value) if var.secret else value
+    if out["rdma_devices"] == []:
+        raise PlanError(PREFIX + "rdma_devices", "is empty", "list the devices, or set vllm_fleet_rdma: off for none")
+    if out["rdma_devices"] is not None and out["rdma"] not in ("infiniband", "roce"):
+        raise PlanError(
+            PREFIX + "rdma_devices",
+            f"names devices, but vllm_fleet_rdma is {out['rdma']} (their link layer is not stated)",
+            "set vllm_fleet_rdma: infiniband (or roce) on this node too, or drop vllm_fleet_rdma_devices",
+        )
     return out
 
 

@@ -251,6 +251,23 @@ def vllm_fleet_node(
         raise AnsibleFilterError(str(for_inventory(err))) from None
 
 
+def vllm_fleet_fabric(settings: dict[str, Any], hostvars: Any, nodes: list[str]) -> dict[str, Any]:
+    """What every node's record reads of the nodes' RDMA (vllm_fleet/deploy.py fabric_of):
+    ``{name: {"infiniband": gpu_facts' ports or None where not gathered, "rdma": ...,
+    "rdma_devices": ..., "roce_gid_index": ...}}``; ``settings``: the first play's
+    vllm_fleet_settings."""
+    out: dict[str, Any] = {}
+    for name in nodes:
+        found = hostvars[name].get("gpu_facts_found") if name in hostvars else None
+        ports = found.get("infiniband") if isinstance(found, dict) else None
+        mine = dict((settings.get("nodes") or {}).get(name) or {})
+        out[str(name)] = {
+            "infiniband": [dict(p) for p in ports] if isinstance(ports, list) else None,
+            **{k: mine.get(k) for k in deploy.FABRIC_KEYS},
+        }
+    return out
+
+
 def vllm_fleet_preview_node(
     record: dict[str, Any], applied: dict[str, Any], options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -362,6 +379,7 @@ class FilterModule:
             "vllm_fleet_plan_models": vllm_fleet_plan_models,
             "vllm_fleet_check_ports": vllm_fleet_check_ports,
             "vllm_fleet_node": vllm_fleet_node,
+            "vllm_fleet_fabric": vllm_fleet_fabric,
             "vllm_fleet_preview_node": vllm_fleet_preview_node,
             "vllm_fleet_preview": vllm_fleet_preview,
             "vllm_fleet_settings": vllm_fleet_settings,

@@ -78,6 +78,9 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "vllm_fleet_runtime": "systemd", "vllm_fleet_prepare_model": False, "vllm_fleet_gateway": True,
         "vllm_fleet_gateway_host": "node3", "vllm_fleet_api_key": KEY, "vllm_fleet_cpu_cores": 2,
         "vllm_fleet_vllm_package": PACKAGE,
+        # The records below are computed without this machine's gpu_facts: no RDMA either way,
+        # even where this machine has InfiniBand or RoCE devices.
+        "vllm_fleet_rdma": "off",
     }  # fmt: skip
     nodes = {
         name: {**_host_vars(tmp, name), "vllm_fleet_gpu": "cpu", "vllm_fleet_gpu_count": 1,
