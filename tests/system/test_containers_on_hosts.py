@@ -23,6 +23,7 @@ image id differs (named before anything starts), and a teardown that leaves noth
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import urllib.error
@@ -40,6 +41,13 @@ from tests.hosts import engine, nodes
 from tests.hosts.common import SSH_OPTIONS, Node
 from tests.hosts.nodes import ssh_argv
 from tests.system.test_site_on_hosts import _recap
+
+# About 30 minutes on a fresh machine (the 3.9 GB image travels twice): `make test-containers`
+# runs it (tests/hosts/ci.py --containers); the default CI run does not yet.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("VLLM_FLEET_CONTAINER_TESTS") != "1",
+    reason="the container-runtime site.yml test runs with VLLM_FLEET_CONTAINER_TESTS=1 (make test-containers)",
+)
 
 API_KEY = "containers-test-key-7b3f"
 HF_TOKEN = "hf_containers_test_token_9c1d"

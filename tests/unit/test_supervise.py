@@ -112,7 +112,7 @@ def _render_env_file(mode: str, env: dict[str, str]) -> str:
     launch = {"name": "vllm-t-0", "instance": "t-0", "role": "head", "serves": True, "env": env}
     return template.render(
         ansible_managed="Ansible managed", item=launch, vllm_server_env={}, __vllm_server_mode=mode,
-        vllm_server_api_key='k"$ey\\', vllm_server_hf_token="",
+        __vllm_server_launch_secrets={"vllm-t-0": {"VLLM_API_KEY": 'k"$ey\\'}},
     )  # fmt: skip
 
 
@@ -126,7 +126,24 @@ def test_the_env_file_template_and_the_supervisor_agree_on_every_value() -> None
 def test_the_container_env_file_stays_literal() -> None:
     # community.docker reads KEY=VALUE literally: no quotes may be added for it.
     text = _render_env_file("container", {"A": 'x "y" $z'})
-    assert 'A=x "y" $z' in text.splitlines() and 'VLLM_API_KEY=k"$ey\\' in text.splitlines()
+    # The key is not in it: a container's environment is part of its configuration (docker inspect).
+    assert 'A=x "y" $z' in text.splitlines() and "VLLM_API_KEY" not in text
+
+
+def test_the_container_secrets_file_gives_sh_every_value_as_it_is(tmp_path: Path) -> None:
+    """launch.secrets.j2, read by the container's entry point (sh: set -a; . FILE)."""
+    environment = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    environment.filters["regex_replace"] = lambda value, pattern, replacement="": re.sub(pattern, replacement, value)
+    template = environment.from_string((ROOT / "roles/vllm_server/templates/launch.secrets.j2").read_text())
+    secrets = {"VLLM_API_KEY": "k'\"$ey\\ `x` $(id)", "HF_TOKEN": "hf_plain"}
+    launch = {"name": "vllm-t-0", "instance": "t-0"}
+    path = tmp_path / "launch.secrets"
+    path.write_text(
+        template.render(ansible_managed="m", item=launch, __vllm_server_launch_secrets={"vllm-t-0": secrets})
+    )
+    script = 'set -a; . "$0"; set +a; printf "%s\\n%s" "$VLLM_API_KEY" "$HF_TOKEN"'
+    done = subprocess.run(["sh", "-c", script, str(path)], capture_output=True, text=True, check=True, env={})
+    assert done.stdout.split("\n") == [secrets["VLLM_API_KEY"], "hf_plain"]
 
 
 def test_a_supervised_command_gets_the_values_exactly(tmp_path: Path) -> None:
