@@ -6,6 +6,8 @@
 #   make test-unit   the fast loop (planner unit tests)
 #   make check       lint + unit + integration, no test hosts
 #   make test-hosts  only the host stage of `make test`
+#   make test-containers  site.yml with the container runtime on hosts that run their own Docker Engine
+#                    (the stand-in serving image, built once per machine; about 30 min fresh)
 #   make up / down   start test hosts (and the Docker Engine) and keep them / remove them
 #   make ssh NODE=node2   log into a test host
 #   make bench       accuracy against real vLLM logs and planner speed
@@ -23,7 +25,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts lint up down ssh bench bench-serve bench-rerun bench-day2 bench-routing bench-prefix clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-containers lint up down ssh bench bench-serve bench-rerun bench-day2 bench-routing bench-prefix clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +33,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+settest-containers: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --containers --nodes 3 --only containers
+
+up: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/ansible-playbook site.yml -i $(INVENTORY)
@@ -63,6 +68,9 @@ test-oracle: $(STAMP)
 
 test-hosts: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes $(NODES)
+
+test-containers: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --containers --nodes 3 --only containers
 
 up: $(STAMP)
 	$(HOSTS) up --nodes $(NODES)

@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     p_ci.add_argument("--keep", action="store_true", help="leave hosts and engine running afterwards")
     p_ci.add_argument("--nodes", type=int, default=DEFAULT_NODES)
     p_ci.add_argument(
+        "--containers", action="store_true",
+        help="also the container-runtime site.yml test (hosts with their own Docker Engine; about 30 min fresh)",
+    )  # fmt: skip
+    p_ci.add_argument(
         "--only", action="append", default=[], metavar="TEXT",
         help="run only the test stages whose name contains TEXT (repeatable), e.g. --only ray_cluster --only system",
     )  # fmt: skip
@@ -45,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "ci":
-            return ci.main(with_checks=not args.hosts_only, keep=args.keep, count=args.nodes, only=args.only)
+            return ci.main(
+                with_checks=not args.hosts_only, keep=args.keep, count=args.nodes, only=args.only,
+                containers=args.containers,
+            )  # fmt: skip
         if args.command == "env":
             for key, value in nodes.environment().items():
                 print(f"export {key}={shlex.quote(value)}")

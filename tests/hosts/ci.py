@@ -149,7 +149,14 @@ def _pytest(*args: str) -> None:
     _call([str(BIN / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", *args])
 
 
-def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: list[str] | None = None) -> int:
+def main(
+    *,
+    with_checks: bool,
+    keep: bool,
+    count: int = DEFAULT_NODES,
+    only: list[str] | None = None,
+    containers: bool = False,
+) -> int:
     ci = Run()
     failed = False
     try:
@@ -164,9 +171,9 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
         ci.step("Docker Engine up", engine.up)
         ci.step("Ray image on the engine (build or reuse)", engine.ray_image)
-        # The container tests' serving image (about 6 min on a fresh machine, then cached) is built
+        # The container test's serving image (about 6 min on a fresh machine, then cached) is built
         # and saved while the Molecule scenarios run: they leave the CPU about half idle.
-        serving = Background("serving image", engine.serving_tarball) if _selected("system tests", only) else None
+        serving = Background("serving image", engine.serving_tarball) if containers else None
         ci.step(f"{count} hosts up", lambda: nodes.up(count))
         for project, scenario in molecule_scenarios():
             # Every scenario starts from fresh hosts (about 5 s): no scenario sees another's leftovers.
@@ -174,10 +181,11 @@ def main(*, with_checks: bool, keep: bool, count: int = DEFAULT_NODES, only: lis
             if not _selected(name, only):
                 continue
             ci.step(name, functools.partial(_scenario, project, scenario, count), fatal=False)
-        if serving is not None:
-            ci.step("serving image for the container tests (built in the background)", serving.join)
         if _selected("system tests", only):
             ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count), fatal=False)
+        if serving is not None:
+            ci.step("serving image for the container test (built in the background)", serving.join)
+            ci.step("container runtime (site.yml, a Docker Engine in each host)", _container_test, fatal=False)
         if with_checks or _selected("oracle", only):
             ci.step("planner against vLLM's own code (tests/oracle)", _oracle_tests, fatal=False)
     except (HarnessError, KeyboardInterrupt) as exc:
@@ -236,11 +244,20 @@ def _fresh(count: int) -> None:
 
 
 def _system_tests(count: int) -> None:
-    engine.clear()
-    # Hosts that can run their own Docker Engine: tests/system/test_containers_on_hosts.py installs
-    # it with the docker role; the other tests do not use it.
-    nodes.reset(count, engines=True)
+    _fresh(count)
     _pytest("--durations=25", "tests/system")
+
+
+def _container_test() -> None:
+    """tests/system/test_containers_on_hosts.py on hosts that run their own Docker Engine."""
+    engine.clear()
+    nodes.reset(3, engines=True)
+    os.environ["VLLM_FLEET_CONTAINER_TESTS"] = "1"
+    try:
+        _pytest("--durations=10", "tests/system/test_containers_on_hosts.py")
+    finally:
+        del os.environ["VLLM_FLEET_CONTAINER_TESTS"]
+        nodes.reset(3)
 
 
 def _oracle_tests() -> None:
