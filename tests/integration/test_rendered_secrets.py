@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import pytest
@@ -54,6 +56,7 @@ PLAY = """
       loop:
         - {src: launch.env.j2, dest: process.env, mode: process}
         - {src: launch.env.j2, dest: container.env, mode: container}
+        - {src: launch.secrets.j2, dest: container.secrets, mode: container}
         - {src: vllm.service.j2, dest: vllm.service, mode: systemd}
       loop_control:
         loop_var: file
@@ -86,6 +89,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "llm_gateway_state_dir": "/var/lib/vllm-fleet/gateway", "llm_gateway_status_allow": [],
         "__llm_gateway_routers": [],
         "vllm_server_api_key": KEY, "vllm_server_hf_token": "", "vllm_server_env": {},
+        # As roles/vllm_server/vars/main.yml computes it for this launch.
+        "__vllm_server_launch_secrets": {"vllm-t-0": {"VLLM_API_KEY": KEY}},
         "vllm_server_config_dir": "/etc/vllm-fleet/vllm", "vllm_server_state_dir": "/var/lib/vllm-fleet/vllm",
         "vllm_server_venv": "/opt/vllm-fleet/vllm", "vllm_server_nofile": 65536,
     }  # fmt: skip
@@ -153,8 +158,16 @@ def test_the_env_file_carries_values_as_they_are(rendered: dict[str, str]) -> No
     # systemd and supervise.py read the same file the same way; a name cannot break out of its comment.
     assert supervise.parse_env(rendered["process.env"]) == {"TRICKY": TRICKY, "PORT": "8000", "VLLM_API_KEY": KEY}
     # community.docker reads KEY=VALUE literally (and strips the line).
+    # It holds no secret: a container's environment is part of its configuration (docker inspect).
     container = [ln for ln in rendered["container.env"].splitlines() if not ln.startswith("#")]
-    assert container == ["PORT=8000", f"TRICKY={TRICKY}", f"VLLM_API_KEY={KEY}"]
+    assert container == ["PORT=8000", f"TRICKY={TRICKY}"]
+    # The key is in the secrets file, which the container's entry point reads with sh.
+    script = 'set -a; . "$0"; set +a; printf %s "$VLLM_API_KEY"'
+    with tempfile.NamedTemporaryFile("w", suffix=".secrets") as secrets:
+        secrets.write(rendered["container.secrets"])
+        secrets.flush()
+        done = subprocess.run(["sh", "-c", script, secrets.name], capture_output=True, text=True, check=True, env={})
+    assert done.stdout == KEY
 
 
 def test_the_unit_description_stays_one_line(rendered: dict[str, str]) -> None:

@@ -287,8 +287,10 @@ def test_the_engine_reports_the_planned_container_settings(containers: Deploymen
             env = "\n".join(config.get("Env") or [])
             assert API_KEY not in env and HF_TOKEN not in env, f"{node.name} {name}: a secret in the configuration"
             if name.startswith("vllm-"):
-                inst = next(i for i in plan["instances"] if name == f"vllm-{i['name']}")
-                model = str(inst["model"])
+                assert any(name == f"vllm-{i['name']}" for i in plan["instances"]), name
+                # The folder vllm serve reads (the built model's, on the node) is mounted read-only at its path.
+                args = info["Args"]
+                model = args[args.index("serve") + 1]
                 mounts = {m["Destination"]: m for m in info["Mounts"]}
                 assert mounts[model]["Source"] == model and mounts[model]["RW"] is False, mounts
                 # The key reaches vLLM from the secrets file, read by the entry point.
