@@ -40,6 +40,7 @@ from tests.conftest import ROOT, failures, run_playbook, run_site
 from tests.hosts import engine, nodes
 from tests.hosts.common import SSH_OPTIONS, Node
 from tests.hosts.nodes import ssh_argv
+from tests.system.test_models_on_hosts import _post as models_post
 from tests.system.test_site_on_hosts import _recap
 
 # About 30 minutes on a fresh machine (the 3.9 GB image travels twice): `make test-containers`
@@ -218,15 +219,7 @@ def test_site_serves_both_models_from_containers(containers: Deployment) -> None
 
 
 def _post(url: str, body: dict[str, Any], key: str | None = API_KEY) -> tuple[int, bytes]:
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
+    return models_post(url, body, key)
 
 
 def test_the_gateway_routes_each_model_by_name_through_its_router(containers: Deployment) -> None:
