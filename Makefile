@@ -7,7 +7,7 @@
 #   make check       lint + unit + integration, no test hosts
 #   make test-hosts  only the host stage of `make test`
 #   make test-containers  site.yml with the container runtime on hosts that run their own Docker Engine
-#                    (the stand-in serving image, built once per machine; about 30 min fresh)
+#                    (the stand-in serving image, built once per machine; about 30 min fresh; in make test too)
 #   make up / down   start test hosts (and the Docker Engine) and keep them / remove them
 #   make ssh NODE=node2   log into a test host
 #   make bench       accuracy against real vLLM logs and planner speed
@@ -32,11 +32,6 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
-
-settest-containers: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --containers --nodes 3 --only containers
-
-up: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/ansible-playbook site.yml -i $(INVENTORY)
@@ -70,7 +65,7 @@ test-hosts: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes $(NODES)
 
 test-containers: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --containers --nodes 3 --only containers
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes 3 --only containers
 
 up: $(STAMP)
 	$(HOSTS) up --nodes $(NODES)

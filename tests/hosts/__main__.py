@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
 from tests.hosts import ci, engine, images, nodes
 from tests.hosts.common import DEFAULT_NODES, HarnessError, ensure_machine_packages, require_root
@@ -38,20 +39,27 @@ def main(argv: list[str] | None = None) -> int:
     p_ci.add_argument("--keep", action="store_true", help="leave hosts and engine running afterwards")
     p_ci.add_argument("--nodes", type=int, default=DEFAULT_NODES)
     p_ci.add_argument(
-        "--containers", action="store_true",
-        help="also the container-runtime site.yml test (hosts with their own Docker Engine; about 30 min fresh)",
+        "--no-containers", action="store_true",
+        help="skip the container-runtime site.yml test (hosts with their own Docker Engine; about 20 min fresh)",
     )  # fmt: skip
     p_ci.add_argument(
         "--only", action="append", default=[], metavar="TEXT",
         help="run only the test stages whose name contains TEXT (repeatable), e.g. --only ray_cluster --only system",
     )  # fmt: skip
+    lane_help = "CI's second lane: scenarios and test files on hosts of their own (VLLM_FLEET_TEST_LANE)"
+    p_lane = sub.add_parser("lane", help=lane_help)
+    p_lane.add_argument("--nodes", type=int, default=DEFAULT_NODES)
+    p_lane.add_argument("--results", required=True, help="where the lane writes each item's result (JSON)")
+    p_lane.add_argument(
+        "scenario", nargs="+", help="PROJECT:SCENARIO (the project relative to the repository) or tests/system/*.py"
+    )
     args = parser.parse_args(argv)
 
     try:
         if args.command == "ci":
             return ci.main(
                 with_checks=not args.hosts_only, keep=args.keep, count=args.nodes, only=args.only,
-                containers=args.containers,
+                containers=not args.no_containers,
             )  # fmt: skip
         if args.command == "env":
             for key, value in nodes.environment().items():
@@ -72,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             for node in nodes.up(args.nodes, engines=args.engines):
                 print(f"{node.name}\t{node.address}")
             print(f"inventory: {nodes.INVENTORY}\nssh: python -m tests.hosts ssh node1 (or make ssh NODE=node1)")
+        elif args.command == "lane":
+            return ci.lane(args.scenario, args.nodes, Path(args.results))
         elif args.command == "reset":
             nodes.reset(args.nodes, engines=args.engines)
         elif args.command == "down":

