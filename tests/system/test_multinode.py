@@ -316,7 +316,8 @@ def test_dp2_across_two_hosts_with_a_headless_second_rank(native_pp: Deployment)
     assert all(r["ok"] for r in rows), rows
     assert rows[1]["kv"]["reported"] == rows[1]["kv"]["predicted"] == inst["memory"]["kv_cache_tokens"], rows
     argv = _ssh("node2", "tr '\\0' ' ' < /proc/$(pgrep -f '[b]in/vllm serve' | head -1)/cmdline")
-    assert "--headless --data-parallel-start-rank 1" in argv and "--data-parallel-address 10.77.0.11" in argv, argv
+    head = native_pp.hosts.nodes[0].address
+    assert "--headless --data-parallel-start-rank 1" in argv and f"--data-parallel-address {head}" in argv, argv
     journal = _ssh(
         "node2", f"journalctl -u {UNIT} --no-pager -o cat | grep -m1 'EngineCore_DP1.*KV cache size' || true"
     )
@@ -344,7 +345,8 @@ def test_ray_backend_attaches_then_vllm_refuses_ray_on_the_cpu(native_pp: Deploy
     assert plan["instances"][0]["executor"] == "ray"
     assert "Ray cluster vllm-fleet-ray: 2 nodes, 2.0 GPUs" in output, output[-6000:]
     # The check ran in the launch's venv (vLLM and Ray together) with its environment, and passed.
-    assert "Ray attach check for vllm-tiny-llama-0: 2 node(s), 2.0 GPU(s) at 10.77.0.11:6379" in output
+    head = native_pp.hosts.nodes[0].address
+    assert f"Ray attach check for vllm-tiny-llama-0: 2 node(s), 2.0 GPU(s) at {head}:6379" in output
     assert "(Ray 2.60.0), ok" in output
     # What stops the run is vLLM's own refusal, after it connected to the cluster.
     assert ray.returncode != 0
