@@ -103,16 +103,6 @@ def test_the_second_lane_scenarios_are_rows_run_alongside(tmp_path: Path) -> Non
     assert total < 30.0, table
 
 
-def test_the_system_tests_on_lane_b_touch_only_their_hosts() -> None:
-    """Lane "b" has its own addresses and no test engine: a moved test file names neither lane
-    "a"'s addresses nor the engine fixture, and lane "a" leaves it out."""
-    root = Path(ci.REPO)
-    for path in ci.SYSTEM_LANE_B:
-        text = (root / path).read_text()
-        assert "10.77.0.1" not in text and "docker_engine" not in text and "DOCKER_HOST" not in text, path
-        assert path not in (ci.LOCAL_DEFAULT, ci.CONTAINERS), path
-
-
 def test_the_slowest_host_test_steps_are_kept_from_pytest_output(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ci, "DURATIONS", [])
     output = [
