@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p_ci.add_argument("--nodes", type=int, default=DEFAULT_NODES)
     p_ci.add_argument(
         "--no-containers", action="store_true",
-        help="skip the container-runtime site.yml test (hosts with their own Docker Engine; about 20 min fresh)",
+        help="skip the container-runtime site.yml test (on lane b's hosts, each with its own Docker Engine)",
     )  # fmt: skip
     p_ci.add_argument(
         "--only", action="append", default=[], metavar="TEXT",

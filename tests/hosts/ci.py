@@ -417,8 +417,7 @@ def _controller_tests(local: bool, oracle: bool, prefix: str) -> None:
         except HarnessError as exc:
             errors.append(exc)
     if errors:
-        error = CommandFailed("; ".join(map(str, errors)), "\n".join(getattr(e, "excerpt", "") for e in errors))
-        raise error
+        raise CommandFailed("; ".join(map(str, errors)), "\n".join(getattr(e, "excerpt", "") for e in errors))
 
 
 def _scenario(project: Path, scenario: str, count: int) -> None:

@@ -35,7 +35,8 @@ SUBNET = f"{SUBNET_PREFIX}.0/24"
 GATEWAY = f"{SUBNET_PREFIX}.1"
 HOST_LABEL = "io.vllm-fleet.test-host"
 # A set of hosts of its own on the same network: CI runs the Molecule scenarios that touch only
-# their hosts on lane "b" while lane "a" (the default, the only one a developer uses) runs the rest.
+# their hosts, then the container test, on lane "b" while lane "a" (the default, the only one a
+# developer uses) runs the rest.
 LANE = os.environ.get("VLLM_FLEET_TEST_LANE", "a")
 LANE_LABEL = "io.vllm-fleet.test-lane"
 LANES = "abcd"
