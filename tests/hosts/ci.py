@@ -4,7 +4,8 @@
     -> Docker Engine -> hosts -> every Molecule scenario (fresh hosts each, on two lanes of
     hosts at once; the serving image is built meanwhile) -> system tests (site.yml on lane
     "a"'s hosts, the engine), while the container runtime runs on lane "b"'s (hosts with their
-    own Docker Engine) and the local default and the oracle on this machine
+    own Docker Engine; not with ``--no-containers``, as ``make test`` runs it: with it, CI on two
+    cores ran past 90 min, README "CI time") and the local default and the oracle on this machine
     -> teardown
 
 Teardown always runs, also after a failure or Ctrl-C, unless ``--keep``.
