@@ -6,9 +6,10 @@
 #   make test-unit   the fast loop (planner unit tests)
 #   make check       lint + unit + integration, no test hosts
 #   make test-hosts  only the host stage of `make test`
+#   make test-extended  the extended checks make test leaves out (README "CI time"): the container
+#                    test, the system tests marked extended, the harness self-test
 #   make test-containers  site.yml with the container runtime on hosts that run their own Docker Engine
-#                    (the stand-in serving image, built once per machine; about 30 min fresh; not in make
-#                    test: with it, CI on 2 cores ran past 90 min, see README "CI time")
+#                    (the stand-in serving image, built once per machine; about 30 min fresh)
 #   make up / down   start test hosts (and the Docker Engine) and keep them / remove them
 #   make ssh NODE=node2   log into a test host
 #   make bench       accuracy against real vLLM logs and planner speed
@@ -26,7 +27,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-containers lint up down ssh bench bench-serve bench-rerun bench-day2 bench-routing bench-prefix clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers lint up down ssh bench bench-serve bench-rerun bench-day2 bench-routing bench-prefix clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,17 +56,22 @@ test-unit: $(STAMP)
 check: lint
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -v --durations=5
 
-# CI without the container test (make test-containers): with it, the project's CI on two
+# CI without the extended checks (make test-extended): with them, the project's CI on two
 # cores ran past its 90 min (2026-12-03; README "CI time").
 test: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --nodes $(NODES) --no-containers
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --nodes $(NODES) --extended without
 
 # The planner against vLLM's own code (tests/oracle): in a venv with vLLM's CPU build, built once from the hosts' wheels.
 test-oracle: $(STAMP)
 	VLLM_FLEET_ORACLE_PYTHON="$$($(HOSTS) oracle | tail -1)" VLLM_FLEET_ORACLE_REQUIRED=1 $(BIN)/python -m pytest tests/oracle -q
 
 test-hosts: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes $(NODES) --no-containers
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes $(NODES) --extended without
+
+# The extended checks alone: the container test (lane "b"), the system tests marked extended
+# and the harness self-test. Run it before a change to those paths lands.
+test-extended: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes 3 --extended only
 
 test-containers: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes 3 --only containers

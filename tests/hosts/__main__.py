@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     p_ci.add_argument("--keep", action="store_true", help="leave hosts and engine running afterwards")
     p_ci.add_argument("--nodes", type=int, default=DEFAULT_NODES)
     p_ci.add_argument(
-        "--no-containers", action="store_true",
-        help="skip the container-runtime site.yml test (on lane b's hosts, each with its own Docker Engine)",
+        "--extended", choices=ci.EXTENDED_MODES, default="with",
+        help="the extended checks (the container test, the system tests marked extended, the harness "
+        "self-test): with the rest (default), without them (make test), or only them (make test-extended)",
     )  # fmt: skip
     p_ci.add_argument(
         "--only", action="append", default=[], metavar="TEXT",
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "ci":
             return ci.main(
                 with_checks=not args.hosts_only, keep=args.keep, count=args.nodes, only=args.only,
-                containers=not args.no_containers,
+                extended=args.extended,
             )  # fmt: skip
         if args.command == "env":
             for key, value in nodes.environment().items():

@@ -2,11 +2,14 @@
 
     machine packages -> lint -> unit + integration -> images -> wheels
     -> Docker Engine -> hosts -> every Molecule scenario (fresh hosts each, on two lanes of
-    hosts at once; the serving image is built meanwhile) -> system tests (site.yml on lane
-    "a"'s hosts, the engine), while the container runtime runs on lane "b"'s (hosts with their
-    own Docker Engine; not with ``--no-containers``, as ``make test`` runs it: with it, CI on two
-    cores ran past 90 min, README "CI time") and the local default and the oracle on this machine
-    -> teardown
+    hosts at once) -> system tests (site.yml on lane "a"'s hosts, the engine), the local default
+    and the oracle on this machine alongside -> teardown
+
+The extended checks (``EXTENDED``: the container test on lane "b"'s hosts, each with its own
+Docker Engine; the system tests marked ``extended``; the harness self-test) run with
+``--extended with`` (the default) or alone with ``--extended only`` (``make test-extended``).
+``make test`` runs ``--extended without``: with them, CI on two CPU-bound cores ran past
+90 min (README "CI time").
 
 Teardown always runs, also after a failure or Ctrl-C, unless ``--keep``.
 """
@@ -131,6 +134,17 @@ SECOND_LANE = {
 }
 
 
+# The extended checks: what ``make test`` leaves out (README "CI time") and ``make
+# test-extended`` runs. Each repeats a path CI covers otherwise, at a price two cores cannot pay
+# inside CI's time: the container test (the group wrapper and site.yml, on the container
+# runtime), the system tests marked ``extended`` (pyproject.toml), and the harness's self-test
+# (test_hosts.py and every scenario exercise the hosts it checks).
+EXTENDED_SCENARIOS = {"tests/hosts:selftest"}
+EXTENDED_MODES = ("with", "without", "only")
+# The stage names --extended only selects (see _selected).
+EXTENDED_STAGES = ("tests/hosts:selftest", "containers", "system tests")
+
+
 def _scenario_name(project: Path, scenario: str) -> str:
     return f"molecule {project.relative_to(REPO)}:{scenario}"
 
@@ -241,8 +255,14 @@ def main(
     keep: bool,
     count: int = DEFAULT_NODES,
     only: list[str] | None = None,
-    containers: bool = True,
+    extended: str = "with",
 ) -> int:
+    """``extended``: "with" (everything), "without" (what ``make test`` runs) or "only" (the
+    extended checks alone, ``make test-extended``)."""
+    if extended not in EXTENDED_MODES:
+        raise HarnessError(f"extended is one of {', '.join(EXTENDED_MODES)}, not {extended!r}")
+    if extended == "only":
+        only = [*(only or []), *EXTENDED_STAGES]
     ci = Run()
     failed = False
     try:
@@ -257,12 +277,17 @@ def main(
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
         ci.step("Docker Engine up", engine.up)
         ci.step("Ray image on the engine (build or reuse)", engine.ray_image)
-        containers = containers and _selected("containers", only)
+        containers = extended != "without" and _selected("containers", only)
         # The container test's serving image (about 6 min on a fresh machine, then cached) is built
         # and saved while the Molecule scenarios run: they leave the CPU about half idle.
         serving = Background("serving image", engine.serving_tarball) if containers else None
         ci.step(f"{count} hosts up", lambda: nodes.up(count))
-        selected = [(p, s) for p, s in molecule_scenarios() if _selected(_scenario_name(p, s), only)]
+        selected = [
+            (p, s)
+            for p, s in molecule_scenarios()
+            if _selected(_scenario_name(p, s), only)
+            and (extended != "without" or f"{p.relative_to(REPO)}:{s}" not in EXTENDED_SCENARIOS)
+        ]
         second = [(p, s) for p, s in selected if f"{p.relative_to(REPO)}:{s}" in SECOND_LANE]
         results = HOME / "lane-b.json"
         lane_b = None
@@ -297,7 +322,9 @@ def main(
             # this machine alongside, their output lines marked "[local] ".
             alongside = Background("local default, oracle", lambda: _controller_tests(local, oracle, "[local] "))
         if _selected("system tests", only):
-            ci.step("system tests (site.yml on hosts, engine)", lambda: _system_tests(count), fatal=False)
+            marker = {"with": "", "without": "not extended", "only": "extended"}[extended]
+            name = "system tests (site.yml on hosts, engine)" + (f" -m '{marker}'" if marker else "")
+            ci.step(name, lambda: _system_tests(count, marker), fatal=False)
         if lane_b is not None:
             ci.join_lane(lane_b, [CONTAINER_STAGE], results)
         if alongside is not None:
@@ -376,10 +403,11 @@ def _system_name(path: str) -> str:
     return f"system {path}"
 
 
-def _system_tests(count: int) -> None:
+def _system_tests(count: int, marker: str = "") -> None:
+    """tests/system on lane "a"'s hosts; ``marker``: a pytest -m expression ("" for all)."""
     _fresh(count)
     ignored = [f"--ignore={path}" for path in (LOCAL_DEFAULT, CONTAINERS)]
-    _pytest("--durations=25", "tests/system", *ignored)
+    _pytest("--durations=25", *(["-m", marker] if marker else []), "tests/system", *ignored)
 
 
 def _container_test() -> None:

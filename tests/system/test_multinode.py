@@ -210,6 +210,9 @@ def _unit_starts(node: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in _ssh(node, script).splitlines() if " " in line)
 
 
+# Extended (make test-extended; README "CI time"): a group restart costs a cold PP=2 start, about
+# 400 s in CI; the DP=2 re-plan below restarts the same group wrapper on both ranks.
+@pytest.mark.extended
 def test_killing_the_headless_rank_restarts_the_group_as_one(native_pp: Deployment) -> None:
     gateway = f"http://{native_pp.hosts.nodes[2].address}:8080"
     head_before = _ssh("node1", f"systemctl show -p NRestarts --value {UNIT}").strip()
@@ -259,6 +262,8 @@ def test_doctor_passes_on_the_deployment_and_names_a_planted_fault(native_pp: De
     assert "node1 -> node2:29599" in checks["ports between members"]["detail"]
 
 
+# Extended, like the kill -9 check: another full group restart, about 400 s in CI.
+@pytest.mark.extended
 def test_an_interrupted_run_still_restarts_the_group(native_pp: Deployment) -> None:
     """A run stopped after writing the environment files but before restarting: the
     files are as the next run wants them, so only the recorded hash of what each unit

@@ -147,6 +147,24 @@ def test_the_self_test_scenario_is_found_first() -> None:
     assert scenarios[0][1] == "selftest" and (scenarios[0][0] / "molecule/selftest/verify.yml").exists()
 
 
+def test_the_extended_checks_name_real_scenarios_and_marked_tests() -> None:
+    """make test leaves these out by name: a renamed scenario or a lost mark would put it back in CI
+    (or drop it from make test-extended) without a word."""
+    names = {f"{p.relative_to(common.REPO)}:{s}" for p, s in ci.molecule_scenarios()}
+    assert not ci.EXTENDED_SCENARIOS - names, ci.EXTENDED_SCENARIOS - names
+    # --extended only selects each by a stage name: every one must select something.
+    stages = [ci._scenario_name(p, s) for p, s in ci.molecule_scenarios()] + [ci.CONTAINERS, "system tests"]
+    assert all(any(text in stage for stage in stages) for text in ci.EXTENDED_STAGES), ci.EXTENDED_STAGES
+    marked = sorted(
+        path.name
+        for path in (common.REPO / "tests/system").glob("test_*.py")
+        if "@pytest.mark.extended" in path.read_text()
+    )
+    assert marked == ["test_multinode.py", "test_ray_cluster.py"], marked
+    with pytest.raises(HarnessError, match="extended is one of with, without, only"):
+        ci.main(with_checks=False, keep=True, extended="some")
+
+
 def test_a_failed_stage_keeps_the_lines_that_say_why() -> None:
     noise = [f"ok: [node{i % 3}] task {i}" for i in range(200)]
     lines = [
