@@ -146,8 +146,11 @@ def _role_vars(playbook: str, role: str) -> dict[str, Any]:
     raise AssertionError(f"{playbook} does not include {role}")
 
 
-def _deploy(tmp: Path, nodes: dict[str, str | None]) -> dict[str, dict[str, Any]]:
-    """One run over ``nodes`` ({name: recorded /sys/class/infiniband reading or None for none})."""
+def _deploy(
+    tmp: Path, nodes: dict[str, str | None], model_path: str | None = "/srv/models/Qwen3-8B"
+) -> dict[str, dict[str, Any]]:
+    """One run over ``nodes`` ({name: recorded /sys/class/infiniband reading or None for none});
+    ``model_path`` None: no folder on the nodes, vLLM fetches the Hub name itself."""
     collection = tmp / "collections/ansible_collections/community/docker/plugins/modules"
     collection.mkdir(parents=True)
     (collection / "docker_container.py").write_text(FAKE_MODULE)
@@ -175,8 +178,8 @@ def _deploy(tmp: Path, nodes: dict[str, str | None]) -> dict[str, dict[str, Any]
         }  # fmt: skip
     group = {
         "vllm_fleet_model": "Qwen/Qwen3-8B", "vllm_fleet_tensor_parallel_size": 8, "vllm_fleet_max_model_len": 8192,
-        "vllm_fleet_model_path": "/srv/models/Qwen3-8B", "vllm_fleet_ray": "always",
-        "ray_cluster_image": "vllm-fleet/serving:test",
+        "vllm_fleet_ray": "always", "ray_cluster_image": "vllm-fleet/serving:test",
+        **({"vllm_fleet_model_path": model_path} if model_path else {}),
     }  # fmt: skip
     inventory = {
         "all": {
@@ -216,8 +219,8 @@ def infiniband(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """A node without RDMA devices."""
-    return _deploy(tmp_path_factory.mktemp("plain"), {"plain1": None})
+    """A node without RDMA devices, serving a Hub name (no model folder on the node)."""
+    return _deploy(tmp_path_factory.mktemp("plain"), {"plain1": None}, model_path=None)
 
 
 def test_vllm_containers_on_infiniband_nodes_get_ipc_lock_the_devices_and_memlock(
@@ -245,6 +248,9 @@ def test_vllm_containers_without_rdma_set_no_memlock(plain: dict[str, dict[str, 
     # No IPC_LOCK, no devices, and no memlock: the Docker daemon's default ulimits apply.
     assert "capabilities" not in container and "devices" not in container
     assert container["ulimits"] == [NOFILE]
+    # A Hub name: no model folder to mount (the container's first volume is the secrets file).
+    assert node["record"]["model_path"] is None and "Qwen/Qwen3-8B" in container["command"], container
+    assert [v.split(":")[1] for v in container["volumes"]] == ["/run/vllm-fleet/launch.secrets"], container["volumes"]
     env = _env_file(node["env_files"][container["name"] + "/container"])
     assert env["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_HCA" not in env
     unit = supervise.parse_env(node["env_files"][container["name"] + "/systemd"])
