@@ -286,6 +286,9 @@ RAY_PORTS: dict[str, int] = {
     "ray_cluster_dashboard_agent_listen_port": 52365,
 }
 RAY_WORKER_PORTS = ("ray_cluster_min_worker_port", "ray_cluster_max_worker_port", 20000, 20999)
+# vllm-router on the gateway host (vllm_fleet_gateway_balancer: vllm-router): model N's router on
+# the first + N, its Prometheus metrics on the second + N (llm_gateway's defaults).
+ROUTER_PORTS: dict[str, int] = {"llm_gateway_router_port": 8200, "llm_gateway_router_metrics_port": 8300}
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,17 @@ def _role_port(role: Mapping[str, Any], name: str, default: int, node: str) -> t
     return port, port == default
 
 
+def _router_ports(name: str, role: Mapping[str, Any], models: int) -> list[_Ports]:
+    """The routers' ports on the gateway host: one of each per model, as the inventory's
+    ``llm_gateway_router_*`` values move them."""
+    out = []
+    for var, default in ROUTER_PORTS.items():
+        value, is_default = _role_port(role, var, default, name)
+        what = f"{var} (vllm-router{', one per model' if models > 1 else ''})"
+        out.append(_Ports(var, what, value, value + models - 1, is_default))
+    return out
+
+
 def _ray_ports(name: str, role: Mapping[str, Any]) -> list[_Ports]:
     """Ray's fixed ports and worker range on one node, as the inventory's ``ray_cluster_*``
     values move them (each checked to be a port)."""
@@ -350,7 +364,8 @@ def node_ports(
     (vllm_fleet/deploy.py's record of the node): the API port of each instance headed here;
     on the head of a multi-node instance the native master port (native), the DP RPC port
     (DP) and the group wrapper's presence port (master_port + 1); the gateway where nginx
-    runs; Ray's ports and worker range where the node is in a Ray cluster."""
+    runs, with the vllm-routers' ports behind it; Ray's ports and worker range where the node
+    is in a Ray cluster."""
     from vllm_fleet import deploy
 
     heads = [i for i in plan.get("instances") or [] if i.get("head_node") == name]
@@ -375,6 +390,8 @@ def node_ports(
     if gateway["enabled"] and gateway["host"] == name:
         gw = int(gateway["port"])
         out.append(_Ports(PREFIX + "gateway_port", f"{PREFIX}gateway_port (nginx)", gw, gw, gw == 8080))
+        if gateway["balancer"] == "vllm-router":
+            out += _router_ports(name, role, max(1, len(gateway["routes"])))
     if deploy.runs_ray(dict(plan), name, dict(settings)):
         out += _ray_ports(name, role)
     return out

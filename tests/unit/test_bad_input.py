@@ -871,6 +871,8 @@ def test_ray_ports_match_the_roles_defaults() -> None:
     assert {k: defaults[k] for k in interface.RAY_PORTS} == interface.RAY_PORTS
     low, high, low_default, high_default = interface.RAY_WORKER_PORTS
     assert (defaults[str(low)], defaults[str(high)]) == (low_default, high_default)
+    gateway = yaml.safe_load((ROOT / "roles/llm_gateway/defaults/main.yml").read_text())
+    assert {k: gateway[k] for k in interface.ROUTER_PORTS} == interface.ROUTER_PORTS
 
 
 @pytest.mark.parametrize(

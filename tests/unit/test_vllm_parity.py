@@ -381,6 +381,26 @@ def test_eight_replicas_collide_with_the_gateway() -> None:
     )
 
 
+def test_the_routers_ports_count_on_the_gateway_host_with_vllm_router() -> None:
+    plan = _plan("Qwen/Qwen3-8B", EIGHT, port=8200, max_model_len=8192)
+    interface.check_plan_ports(plan, _nodes(["n1"], port=8200, gpu_count=8))  # nginx alone: no router
+    router = {"port": 8200, "gpu_count": 8, "gateway_balancer": "vllm-router"}
+    with pytest.raises(PlanError) as err:
+        interface.check_plan_ports(plan, _nodes(["n1"], **router))
+    assert str(err.value).startswith(
+        "vllm_fleet_port: vllm_fleet_port (the API ports of 8 instances) 8200-8207 overlaps "
+        "llm_gateway_router_port (vllm-router) 8200 on n1; fix: set vllm_fleet_port to 8201"
+    ), err.value
+    # Moved by the inventory onto nginx's port: the router's variable is the one to move.
+    moved = {"n1": {"llm_gateway_router_port": 8080}}
+    blamed = "llm_gateway_router_port: llm_gateway_router_port (vllm-router) 8080 overlaps vllm_fleet_gateway_port"
+    with pytest.raises(PlanError, match=re.escape(blamed)):
+        interface.check_plan_ports(plan, _nodes(["n1"], gpu_count=8, gateway_balancer="vllm-router"), moved)
+    # The defaults leave room: eight API ports from 8000, nginx on 8080, the router on 8200 and 8300.
+    plan = _plan("Qwen/Qwen3-8B", EIGHT, max_model_len=8192)
+    interface.check_plan_ports(plan, _nodes(["n1"], gpu_count=8, gateway_balancer="vllm-router"))
+
+
 def test_ray_ports_count_only_where_ray_runs(tmp_path: Path) -> None:
     plan = _plan(_model(tmp_path, TINY), port=6379)
     interface.check_plan_ports(plan, _nodes(["n1"], port=6379))
