@@ -28,15 +28,19 @@ def run_playbook(
     if PLAYBOOK is None:
         raise RuntimeError("ansible-playbook is not installed: make setup")
     full_env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **(env or {}))
-    return subprocess.run(
-        [PLAYBOOK, str(playbook), "-i", str(inventory), *extra],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    argv = [PLAYBOOK, str(playbook), "-i", str(inventory), *extra]
+    try:
+        return subprocess.run(
+            argv, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        # A run killed at its timeout still tells which task it was in: its output so far, returned
+        # as a failed run (returncode -9) that the caller's assertion shows with failures().
+        def text(raw: bytes | str | None) -> str:
+            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw or ""
+
+        stdout = f"{text(exc.stdout)}\nTIMED OUT: ansible-playbook {playbook} killed after {timeout:.0f} s\n"
+        return subprocess.CompletedProcess(argv, -9, stdout, text(exc.stderr))
 
 
 def run_site(inventory: Path, artifacts: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

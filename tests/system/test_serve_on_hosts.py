@@ -120,6 +120,20 @@ def _on(node: str, command: str, stdin: str | None = None, timeout: float = 60) 
     return done.stdout
 
 
+def _replica_journals(hosts: Hosts, lines: int = 40) -> str:
+    """Each replica's unit state and the end of its journal, with times (what a failed restart shows)."""
+    parts = []
+    for i, node in enumerate(hosts.nodes[:2]):
+        unit = f"vllm-fleet-vllm-tiny-llama-{i}.service"
+        command = (
+            f"systemctl show -p SubState,NRestarts,ExecMainStartTimestamp {unit} | tr '\\n' ' '; echo;"
+            f" journalctl -u {unit} --no-pager -o short-precise -n {lines}; uptime"
+        )
+        done = subprocess.run(ssh_argv(node.name, command), capture_output=True, text=True, timeout=60, check=False)
+        parts.append(f"\n=== {node.name} {unit} ===\n{done.stdout[-6000:]}{done.stderr[-500:]}")
+    return "".join(parts)
+
+
 def _prometheus(node: str, paths: list[str]) -> dict[str, Any]:
     """Prometheus's HTTP API on the monitoring host (it listens on loopback only)."""
     out = _on(node, "python3 -c " + shlex.quote(PROM_QUERY), stdin=json.dumps(paths))
@@ -148,10 +162,15 @@ class Load:
     """Streamed completions through the gateway from ``threads`` clients until stopped, each
     pausing ``pause`` seconds between two requests: every request must end with [DONE];
     failures and latencies are kept. All test hosts share this machine's two cores, and
-    vLLM's CPU build pins every replica to them: a replica saturated without pauses
-    starves the start-up of the one restarting beside it (on real nodes each has its own)."""
+    each replica's vLLM worker is pinned to one of them. That worker busy-waits
+    (sched_yield) for 1 s after each step it reads (vLLM's shm_broadcast SpinCondition,
+    busy_loop_s), so a pause under 1 s keeps it spinning on its core for the whole load, and
+    on Linux's EEVDF scheduler a yielding spinner can hold a runnable task on its core off
+    the CPU for tens of seconds: a replica restarting beside it got no CPU at all for 40 s
+    here (2026-12-04), and in the project's CI a rolling update timed out after 1500 s. With
+    2 s pauses the worker idles about half the time (on real nodes each has its own cores)."""
 
-    def __init__(self, url: str, threads: int = 1, pause: float = 0.5) -> None:
+    def __init__(self, url: str, threads: int = 1, pause: float = 2.0) -> None:
         self.pause = pause
         self.url, self.stop = url, threading.Event()
         self.latencies: list[float] = []
@@ -298,7 +317,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
         update = run_site(rolled, artifacts, "--tags", "serve", timeout=1500)
         figures["rolling_update_s"] = round(time.monotonic() - started, 1)
         time.sleep(3)
-    assert update.returncode == 0, failures(update)
+    assert update.returncode == 0, failures(update) + _replica_journals(test_hosts)
     assert "Rolling restart of node1, node2" in update.stdout, update.stdout[-3000:]
     figures["rolling_update_load"] = load.figures()
     _say(f"rolling update: {figures['rolling_update_s']} s, load {figures['rolling_update_load']}")
