@@ -27,7 +27,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from vllm_fleet.memory import Device, Settings, estimate  # noqa: E402
+from vllm_fleet.memory import (  # noqa: E402
+    CUDA_CONTEXT_GIB,
+    CUDA_GRAPH_MIB_PER_GRAPH_LAYER,
+    Device,
+    Settings,
+    _capture_sizes,
+    estimate,
+)
 from vllm_fleet.model_spec import load_model  # noqa: E402
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5,
@@ -107,8 +114,12 @@ def torch_only(out: Path, gpu_name: str, total_gib: float) -> list[dict[str, Any
     free0, total = torch.cuda.mem_get_info()  # creates the context
     torch.cuda.synchronize()
     context_gib = (total - free0) / 2**30
-    results: list[dict[str, Any]] = [{"measure": "cuda_context_gib", "value": round(context_gib, 3)}]
-    print(f"[gpu] torch: CUDA context + driver reservations {context_gib:.3f} GiB of {total / 2**30:.1f} GiB")
+    results: list[dict[str, Any]] = [
+        {"measure": "cuda_context_gib", "value": round(context_gib, 3), "planned": CUDA_CONTEXT_GIB}
+    ]
+    print(f"[gpu] torch: CUDA context + driver reservations {context_gib:.3f} GiB of {total / 2**30:.1f} GiB "
+          f"(the planner assumes {CUDA_CONTEXT_GIB})")  # fmt: skip
+    results += calibrate(torch)
     try:
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
@@ -120,18 +131,126 @@ def torch_only(out: Path, gpu_name: str, total_gib: float) -> list[dict[str, Any
         spec = load_model(str(folder))
         est = estimate(spec, Device(gpu_name, total_gib), Settings(max_model_len=MAX_LEN))
         planned = est.ranks[0].weights_gib
-        torch.cuda.empty_cache()
-        before = torch.cuda.memory_allocated()
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), torch_dtype=torch.bfloat16)
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=torch.bfloat16)
         model = model.to_empty(device="cuda")
-        measured = (torch.cuda.memory_allocated() - before) / 2**30
+        # to_empty gives tied parameters storages of their own (a 1B model's embedding counted
+        # twice, 2026-12-04): tie them again and count each storage once, as vLLM holds them.
+        model.tie_weights()
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for t in (*model.parameters(), *model.buffers())}  # fmt: skip
+        measured = sum(storages.values()) / 2**30
         del model
         torch.cuda.empty_cache()
         results.append({"config": name, "weights_planned_gib": planned, "weights_measured_gib": round(measured, 4)})
         print(f"[gpu] torch weights {name}: planned {planned:.3f} GiB, on the device {measured:.3f} GiB "
               f"(ratio {measured / planned:.4f})")  # fmt: skip
     return results
+
+
+def _non_torch(torch: Any) -> float:
+    """Device memory in use that PyTorch's allocator does not hold (vLLM's "non-torch" part), GiB."""
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    return (total - free - torch.cuda.memory_reserved()) / 2**30
+
+
+def calibrate(torch: Any) -> list[dict[str, Any]]:
+    """What the planner assumes of memory outside the weights and the KV cache, measured with
+    PyTorch alone (vllm_fleet/memory.py: CUDA_CONTEXT_GIB, the non-torch base, the CUDA graph
+    pool per graph and layer). Each measurement stands alone: one that fails is reported and
+    the others still run."""
+    rows: list[dict[str, Any]] = []
+
+    def row(measure: str, value: float, planned: float | None, note: str) -> None:
+        rows.append({"measure": measure, "value": round(value, 4), "planned": planned, "note": note})
+        shown = f", the planner assumes {planned}" if planned is not None else ""
+        print(f"[gpu] calibrate {measure}: {value:.4f}{shown} ({note})")
+
+    dev = torch.device("cuda", 0)
+    try:  # cuBLAS: its workspace is allocated on the first GEMM, outside PyTorch's allocator
+        before = _non_torch(torch)
+        a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+        (a @ a).sum().item()
+        row("cublas_workspace_gib", _non_torch(torch) - before, 0.15, "non-torch increase after the first bf16 GEMM")
+        del a
+    except Exception as err:  # a step that fails is reported, not fatal
+        print(f"[gpu] calibrate cublas FAILED: {type(err).__name__}: {err}")
+    try:  # NCCL: one rank (one GPU here); its buffers outside the allocator
+        import torch.distributed as dist
+
+        before = _non_torch(torch)
+        store = dist.HashStore()
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1, device_id=dev)
+        t = torch.ones(1 << 20, device=dev)
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        note = "init + one all_reduce, world size 1 (the planner charges none for one rank)"
+        row("nccl_one_rank_gib", _non_torch(torch) - before, 0.0, note)
+        dist.destroy_process_group()
+    except Exception as err:
+        print(f"[gpu] calibrate nccl FAILED: {type(err).__name__}: {err}")
+    try:  # the caching allocator: reserved beyond allocated after a profile-like pass
+        torch.cuda.empty_cache()
+        keep = [torch.empty(int(s * 2**20), device=dev, dtype=torch.uint8) for s in (700, 300, 129, 64, 33)]
+        for n in (8192, 4096, 2048, 1024):  # transient activations of shrinking batches
+            x = torch.randn(n, 8192, device=dev, dtype=torch.bfloat16)
+            y = torch.nn.functional.silu(x) * x
+            del x, y
+        allocated = torch.cuda.memory_allocated() / 2**30
+        reserved = torch.cuda.memory_reserved() / 2**30
+        note = f"reserved {reserved:.3f} GiB for {allocated:.3f} GiB live"
+        row("allocator_slack_gib", reserved - allocated, None, note)
+        del keep
+        torch.cuda.empty_cache()
+    except Exception as err:
+        print(f"[gpu] calibrate allocator FAILED: {type(err).__name__}: {err}")
+    try:  # CUDA graphs: a llama-1b-like decoder layer stack captured at vLLM's sizes, one pool
+        hidden, inter, layers, seqs = 2048, 8192, 16, 256
+        w = [
+            {k: torch.randn(*shape, device=dev, dtype=torch.bfloat16) * 0.01
+             for k, shape in (("qkv", (hidden, 3 * hidden)), ("o", (hidden, hidden)),
+                              ("gu", (hidden, 2 * inter)), ("d", (inter, hidden)))}
+            for _ in range(layers)
+        ]  # fmt: skip
+        sizes = sorted(_capture_sizes(seqs, 8192), reverse=True)  # vLLM captures the largest first
+        static = torch.zeros(max(sizes), hidden, device=dev, dtype=torch.bfloat16)
+
+        def forward(x: Any) -> Any:
+            for lw in w:
+                q, k, v = (x @ lw["qkv"]).chunk(3, dim=-1)
+                x = x + ((q * k + v) @ lw["o"])
+                g, u = (x @ lw["gu"]).chunk(2, dim=-1)
+                x = x + ((torch.nn.functional.silu(g) * u) @ lw["d"])
+            return x
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            forward(static[:1])  # warm-up outside the capture (cuBLAS handles, kernels)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        free0 = torch.cuda.mem_get_info()[0]
+        pool = torch.cuda.graph_pool_handle()
+        graphs = []
+        for n in sizes:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                forward(static[:n])
+            graphs.append(g)
+        torch.cuda.synchronize()
+        used_mib = (free0 - torch.cuda.mem_get_info()[0]) / 2**20
+        per = used_mib / (len(sizes) * layers)
+        row("cuda_graph_mib_per_graph_layer", per, CUDA_GRAPH_MIB_PER_GRAPH_LAYER,
+            f"{len(sizes)} graphs x {layers} layers, {used_mib:.1f} MiB in all (dense GEMMs and pointwise ops only, "
+            "no attention kernel: a lower bound of what vLLM's piecewise graphs hold)")  # fmt: skip
+        graphs[0].replay()
+        torch.cuda.synchronize()
+        del graphs, pool, static
+        torch.cuda.empty_cache()
+    except Exception as err:
+        print(f"[gpu] calibrate cuda graphs FAILED: {type(err).__name__}: {err}")
+    return rows
 
 
 def main() -> int:
