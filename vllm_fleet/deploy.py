@@ -23,6 +23,7 @@ Pure Python, no Ansible import: unit tests pin the records of real plans.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ _SERVE_KEYS = (
     "tool_call_parser", "reasoning_parser", "extra_args", "extra_env",
 )  # fmt: skip
 BUILT_MODELS = "/var/lib/vllm-fleet/models"
+LOOPBACK = "127.0.0.1"
+ANY_ADDRESS = "0.0.0.0"  # only with an API key, or as the operator's explicit choice
 
 
 def model_path(settings: dict[str, Any], context: dict[str, Any]) -> str | None:
@@ -76,6 +79,30 @@ def _with_model(inst: dict[str, Any], path: str | None) -> dict[str, Any]:
     if path and len(args) > 1 and args[0] == "serve":
         args[1] = path
     return {**inst, "vllm_args": args}
+
+
+# Names that hold a secret by their shape, declared or not: never copied out of hostvars.
+_SECRET_NAME = re.compile(r"(_token|_api_key|_key|_password|_secret)$")
+
+
+def secret_role_vars() -> frozenset[str]:
+    """The role variables that hold secrets: every option a role's ``meta/argument_specs.yml``
+    marks ``no_log`` (one declaration, beside the role's own use of it)."""
+    names: set[str] = set()
+    for spec in sorted(ROLES.glob("*/meta/argument_specs.yml")):
+        data = yaml.safe_load(spec.read_text()) or {}
+        for entry in (data.get("argument_specs") or {}).values():
+            names.update(k for k, opt in (entry.get("options") or {}).items() if (opt or {}).get("no_log"))
+    return frozenset(names)
+
+
+SECRET_ROLE_VARS = secret_role_vars()
+
+
+def is_secret_role_var(name: str) -> bool:
+    """A role variable the planner must never copy (it would reach facts, which Ansible prints
+    at -v): declared ``no_log``, or named like a secret (``*_token``, ``*_key``, ``*_password``)."""
+    return name in SECRET_ROLE_VARS or bool(_SECRET_NAME.search(name))
 
 
 def _role_defaults(role: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -430,10 +457,15 @@ def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]
     nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
     balancer = str(settings.get("gateway_balancer") or "nginx")
     policy = str(settings.get("gateway_router_policy") or "cache_aware")
+    keyed = bool(settings.get("api_key"))
+    # Loopback unless a key guards it: an open model endpoint on every interface is opt-in.
+    listen = str(settings.get("gateway_listen") or (ANY_ADDRESS if keyed else LOOPBACK))
     return {
         "enabled": enabled,
         "host": settings.get("gateway_host") or nodes[0],
         "port": int(settings.get("gateway_port") or 8080),
+        "listen": listen,
+        "api_key": keyed,
         "upstreams": list(plan["gateway"]["upstreams"]),
         # nginx's least_conn, or one vllm-router per model behind nginx with its policy.
         "balancer": balancer,
@@ -443,6 +475,39 @@ def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]
         # by the model its body names (empty: one model, every upstream serves it).
         "routes": [dict(r) for r in plan["gateway"].get("routes") or []],
     }
+
+
+def gateway_checks(plan: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """What the gateway's address means, checked at plan time: the warnings the plan prints
+    (an address beyond loopback with no API key; loopback only, reachable from this host
+    alone), and a refusal where a part of the plan would have to reach a gateway that only
+    listens on loopback (Prometheus's nginx exporter on another host)."""
+    gw = gateway_of(plan, settings)
+    if not gw["enabled"]:
+        return []
+    loopback = ipaddress.ip_address(gw["listen"]).is_loopback
+    if loopback:
+        monitoring = monitoring_of(plan, settings, gw, {}, {"metrics_export_port": 0})
+        if monitoring["enabled"] and monitoring["host"] != gw["host"]:
+            raise PlanError(
+                "vllm_fleet_monitoring_host",
+                f"is {monitoring['host']}, whose nginx exporter reads the gateway's counters over the network, "
+                f"but the gateway on {gw['host']} listens on {gw['listen']} only (no API key)",
+                "set vllm_fleet_api_key (Vault) or VLLM_API_KEY, or vllm_fleet_gateway_listen to an address of "
+                f"{gw['host']}, or leave vllm_fleet_monitoring_host unset (the gateway host)",
+            )
+        return [
+            f"the gateway listens on {gw['listen']}:{gw['port']} only (no API key): reachable from {gw['host']} "
+            "alone; set vllm_fleet_api_key (Vault) or VLLM_API_KEY to open it to clients with the key, or "
+            "vllm_fleet_gateway_listen to open it without one"
+        ]
+    if not gw["api_key"]:
+        return [
+            f"the gateway listens on {gw['listen']}:{gw['port']} WITHOUT an API key "
+            "(vllm_fleet_gateway_listen): anyone who reaches that address can use the model; set "
+            "vllm_fleet_api_key (Vault) or VLLM_API_KEY"
+        ]
+    return []
 
 
 def verify_plan(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import ipaddress
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -131,6 +132,9 @@ VARIABLES: tuple[Var, ...] = (
       ("auto", "true", "false")),
     V("gateway_host", "str", None, "all", "where nginx runs (default: the first node)"),
     V("gateway_port", "int", 8080, "all", "where nginx listens", minimum=1, maximum=65535),
+    V("gateway_listen", "str", None, "all",
+      "the address nginx listens on (default: 0.0.0.0 with an API key, 127.0.0.1 without one; "
+      "beyond loopback without a key the plan warns)"),
     V("gateway_balancer", "choice", "nginx", "all",
       "nginx (least_conn) or vllm-router (one router per model behind nginx, cache-aware)", ("nginx", "vllm-router")),
     V("gateway_router_policy", "choice", "cache_aware", "all", "vllm-router's policy",
@@ -261,6 +265,16 @@ def resolve(raw: Mapping[str, Any]) -> dict[str, Any]:
             continue
         value = _coerce(var, value)
         out[var.name] = bool(value) if var.secret else value
+    if out["gateway_listen"] is not None:
+        try:
+            ipaddress.ip_address(str(out["gateway_listen"]).strip())
+        except ValueError:
+            raise PlanError(
+                PREFIX + "gateway_listen",
+                f"is not an IP address ({out['gateway_listen']!r})",
+                "write an address of the gateway host (127.0.0.1, 0.0.0.0, 10.0.0.5), or leave it unset",
+            ) from None
+        out["gateway_listen"] = str(out["gateway_listen"]).strip()
     if out["rdma_devices"] == []:
         raise PlanError(PREFIX + "rdma_devices", "is empty", "list the devices, or set vllm_fleet_rdma: off for none")
     if out["rdma_devices"] is not None and out["rdma"] not in ("infiniband", "roce"):

@@ -149,11 +149,15 @@ def vllm_fleet_plan_models(nodes: Any, models: Any, wishes: dict[str, Any] | Non
 def vllm_fleet_check_ports(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """``plan`` itself, once no node has two services on one port among the ports the plan
     hands out there (``settings``: what vllm_fleet_settings returned)."""
+    nodes = settings["nodes"]
     try:
-        interface.check_plan_ports(plan, settings["nodes"], settings.get("role_vars") or {})
+        interface.check_plan_ports(plan, nodes, settings.get("role_vars") or {})
+        warnings = deploy.gateway_checks(plan, dict(nodes[next(iter(nodes))])) if nodes else []
     except PlanError as err:
         raise AnsibleFilterError(f"vllm_fleet_check_ports: {for_inventory(err)}") from None
-    return plan
+    if not warnings:
+        return plan
+    return {**plan, "warnings": [*(plan.get("warnings") or []), *warnings]}
 
 
 def vllm_fleet_estimate(model: str, gpu_memory_gib: float, settings: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -317,9 +321,11 @@ class _Unreadable(Exception):
     """A variable whose value Ansible cannot produce."""
 
 
-def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
+def vllm_fleet_settings(hostvars: Any, nodes: list[str], api_key: bool = False) -> dict[str, Any]:
     """Every node's declared ``vllm_fleet_*`` values, typed and with defaults:
-    ``{"nodes": {name: settings}, "warnings": [...]}``; one line naming the field on a bad value."""
+    ``{"nodes": {name: settings}, "warnings": [...]}``; one line naming the field on a bad value.
+    ``api_key``: whether the deployment has an API key from anywhere (Vault or $VLLM_API_KEY;
+    only the fact that it has one, never the value): the gateway's address follows it."""
     per_node: dict[str, dict[str, Any]] = {}
     role_vars: dict[str, dict[str, Any]] = {}
     hosts: dict[str, str | None] = {}
@@ -329,8 +335,13 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str]) -> dict[str, Any]:
         try:
             raw = _own_vars(hostvars[name])
             per_node[name] = interface.resolve(raw)
+            per_node[name]["api_key"] = bool(per_node[name]["api_key"] or api_key)
+            # The role variables the planner reads (ports, paths, modes), never a secret one: this
+            # fact is printed at -v, and the roles read their secrets from the inventory themselves.
             role_vars[name] = {
-                k: hostvars[name][k] for k in list(hostvars[name].keys()) if str(k).startswith(interface.ROLE_PREFIXES)
+                k: hostvars[name][k]
+                for k in list(hostvars[name].keys())
+                if str(k).startswith(interface.ROLE_PREFIXES) and not deploy.is_secret_role_var(str(k))
             }
             # The machine behind the name: two names for one machine are refused.
             host = hostvars[name].get("ansible_host")

