@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from vllm_fleet import tools
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.errors import PlanError, for_cli
 from vllm_fleet.memory import (
@@ -638,12 +639,11 @@ def run_doctor(args: argparse.Namespace) -> int:
             )
         with tempfile.TemporaryDirectory(prefix="vllm-fleet-doctor-") as tmp:
             bundle_path = Path(tmp) / "bundle.json"
-            beside = Path(sys.executable).parent / "ansible-playbook"  # the same virtual environment
             argv = [
-                str(beside) if beside.exists() else "ansible-playbook",
+                tools.tool("ansible-playbook", "--inventory"),
                 str(playbook),
                 "-i",
-                args.inventory,
+                tools.inventory(args.inventory),
                 "-e",
                 f"vllm_fleet_doctor_bundle={bundle_path}",
             ]

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet import metrics
+from vllm_fleet import metrics, tools
 from vllm_fleet.errors import PlanError
 from vllm_fleet.table import format_table
 
@@ -186,14 +186,10 @@ def artifacts_dir(inventory: str, listed: dict[str, Any]) -> Path:
 
 
 def plan_from_inventory(inventory: str) -> Path:
-    beside = Path(sys.executable).parent / "ansible-inventory"  # the same virtual environment
-    argv = [str(beside) if beside.exists() else "ansible-inventory", "-i", inventory, "--list"]
+    # A missing inventory is an error, not the checkout's artifacts (another deployment's status).
+    argv = [tools.tool("ansible-inventory", "--inventory"), "-i", tools.inventory(inventory), "--list"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
-    except FileNotFoundError as exc:
-        raise PlanError(
-            "--inventory", "ansible-inventory is not installed", "install ansible-core, or pass --plan"
-        ) from exc
     except subprocess.TimeoutExpired as exc:
         raise PlanError("--inventory", "ansible-inventory took over 120 s", "pass --plan FILE") from exc
     if done.returncode != 0:

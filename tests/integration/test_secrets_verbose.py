@@ -17,6 +17,22 @@ from tests.conftest import PLAYBOOK, ROOT, run_site
 pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook not installed")
 
 
+def vault_file(path: Path, values: dict[str, str]) -> tuple[Path, Path]:
+    """``values`` as a Vault-encrypted YAML file at ``path``, and its password file (0600)."""
+    path.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
+    password = path.with_name(path.name + ".password")
+    password.write_text(secrets.token_hex(16))
+    password.chmod(0o600)
+    encrypt = Path(str(PLAYBOOK)).with_name("ansible-vault")
+    done = subprocess.run(
+        [str(encrypt), "encrypt", "--vault-password-file", str(password), str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "$ANSIBLE_VAULT" in path.read_text()
+    return path, password
+
+
 def vault_inventory(tmp_path: Path, values: dict[str, str]) -> tuple[Path, Path]:
     """A copy of inventories/local whose group_vars/all/vault.yml is Vault-encrypted ``values``;
     returns the inventory and the vault password file."""
@@ -24,18 +40,7 @@ def vault_inventory(tmp_path: Path, values: dict[str, str]) -> tuple[Path, Path]
     shutil.copytree(ROOT / "inventories/local", inventory)
     (inventory / "group_vars/all").mkdir()
     (inventory / "group_vars/all.yml").rename(inventory / "group_vars/all/main.yml")
-    vault = inventory / "group_vars/all/vault.yml"
-    vault.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
-    password = tmp_path / "vault-password"
-    password.write_text(secrets.token_hex(16))
-    password.chmod(0o600)
-    encrypt = Path(str(PLAYBOOK)).with_name("ansible-vault")
-    done = subprocess.run(
-        [str(encrypt), "encrypt", "--vault-password-file", str(password), str(vault)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "$ANSIBLE_VAULT" in vault.read_text()
+    _, password = vault_file(inventory / "group_vars/all/vault.yml", values)
     return inventory, password
 
 
@@ -55,6 +60,8 @@ def test_plan_and_preview_at_vvv_show_no_secret(tmp_path: Path) -> None:
         "ray_cluster_auth_token": secrets.token_hex(32),
     }
     inventory, password = vault_inventory(tmp_path, values)
+    password.rename(tmp_path / "vault-password")  # not in the inventory folder
+    password = tmp_path / "vault-password"
     artifacts = tmp_path / "artifacts"
     result = run_site(inventory, artifacts, "--tags", "plan,preview", "-vvv", "--vault-password-file", str(password))
     output = result.stdout + result.stderr

@@ -1,9 +1,16 @@
 """The README's main command for real: site.yml on inventories/local starts a Ray
 head, serves the tiny model with vLLM's CPU build on this machine behind nginx,
-and verify passes. The same deployment is then checked for the API key: the verify
-phase at -vvv while every process's command line and environment are sampled
-(secrets_watch.py) never shows it. A second run changes nothing; teardown stops all
-three."""
+and verify passes.
+
+Secrets and exposure on the same deployment:
+* the first run is `make run`'s (no API key), at -vvv, with a Hub token and a Ray token
+  from an Ansible Vault file: no secret in its output, the artifacts, a world-readable file
+  or the journal, and every listener of the deployment on loopback;
+* the serve phase again with an API key (-vvv): the gateway opens beyond loopback, guarded,
+  and the key shows nowhere;
+* the verify phase at -vvv while every process's command line and environment are sampled
+  (secrets_watch.py) never shows the key.
+A second run changes nothing; teardown stops all three."""
 
 from __future__ import annotations
 
@@ -11,9 +18,12 @@ import json
 import os
 import secrets
 import socket
+import time
 from pathlib import Path
 
 from tests.conftest import ROOT, failures, run_playbook
+from tests.integration.test_secrets_verbose import leaks, vault_file
+from tests.system.exposure import journal_with, listeners, world_readable_with
 from tests.system.secrets_watch import Watch, holders
 from tests.system.test_site_on_hosts import _recap
 
@@ -27,18 +37,33 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _deployment_listeners() -> list[str]:
+    """The deployment's listeners (vLLM, nginx, Ray, by their systemd units) as 'address:port unit'."""
+    ours = ("vllm", "ray", "nginx", "prometheus", "exporter")
+    return sorted({f"{x.address}:{x.port} {x.unit}" for x in listeners() if any(w in x.unit for w in ours)})
+
+
 def test_local_default_serves_verifies_and_never_shows_the_key(tmp_path: Path) -> None:
     # Shell and nginx metacharacters on purpose: the env files and the gateway's key file must carry them.
     # The random part is what is looked for: a shell-quoted copy of the key still holds it in one piece.
     token = secrets.token_hex(12)
     key = f"vf-{token}-$a\"b'c\\d#e%f"
+    vaulted = {"vllm_fleet_hf_token": f"hf_{secrets.token_hex(12)}", "ray_cluster_auth_token": secrets.token_hex(32)}
+    vault, password = vault_file(tmp_path / "secrets.yml", vaulted)
+    scanned = {"api key": token.encode(), **{k: v.encode() for k, v in vaulted.items()}}
+    with_vault = ("-e", f"@{vault}", "--vault-password-file", str(password))
     env = {"VLLM_API_KEY": key}
-    artifacts = f"vllm_fleet_artifacts_dir={tmp_path}"
+    artifacts = f"vllm_fleet_artifacts_dir={tmp_path / 'artifacts'}"
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
     try:
-        first = run_playbook("site.yml", INVENTORY, "-e", artifacts, env=env, timeout=1800)
+        # make run: no API key. Every secret it has stays out of everything it writes and prints.
+        first = run_playbook("site.yml", INVENTORY, "-vvv", "-e", artifacts, *with_vault, timeout=1800)
         assert first.returncode == 0, failures(first)
-        assert token not in first.stdout + first.stderr, "site.yml printed the API key"
-        rows = json.loads((tmp_path / "verify.json").read_text())
+        output = first.stdout + first.stderr
+        assert "ray_cluster_num_cpus: 1" in output, "-vvv did not print the facts it should"
+        assert leaks(vaulted, output, tmp_path / "artifacts") == []
+        assert world_readable_with(scanned) == [] and journal_with(scanned, since) == []
+        rows = json.loads((tmp_path / "artifacts/verify.json").read_text())
         assert [(r["via"], r["ok"]) for r in rows] == [("gateway", True), ("direct", True)], rows
         assert rows[1]["kv"]["verdict"] == "match", rows[1]
         assert rows[1]["first_token_s"] is not None
@@ -46,6 +71,18 @@ def test_local_default_serves_verifies_and_never_shows_the_key(tmp_path: Path) -
         # The cluster phase started a Ray head here (vllm_fleet_ray: always); verify showed its status.
         assert "Ray cluster vllm-fleet-ray: 1 nodes, 1.0 GPUs, head 127.0.0.1:6379" in first.stdout
         assert "0.0/1.0 GPU" in first.stdout
+        # Without a key nothing of the deployment listens beyond loopback (the gateway included).
+        held = _deployment_listeners()
+        assert any(":8080 " in x for x in held) and any(":8000 " in x for x in held), held
+        assert [x for x in held if not x.startswith(("127.", "::1", "::ffff:127."))] == [], held
+
+        # With an API key the gateway opens (guarded by the key); the key shows nowhere.
+        keyed = run_playbook("site.yml", INVENTORY, "--tags", "serve", "-vvv", "-e", artifacts, *with_vault, env=env)
+        assert keyed.returncode == 0, failures(keyed)
+        assert leaks({"api key": token}, keyed.stdout + keyed.stderr, tmp_path / "artifacts") == []
+        assert world_readable_with(scanned) == [] and journal_with(scanned, since) == []
+        open_now = [x for x in _deployment_listeners() if not x.startswith(("127.", "::1", "::ffff:127."))]
+        assert [x.split()[0].rsplit(":", 1)[1] for x in open_now] == ["8080"], open_now
 
         # What may hold the key in its environment: vLLM (VLLM_API_KEY by design) and the processes
         # that held it before, and ansible-playbook with what it starts on a local connection
@@ -53,7 +90,9 @@ def test_local_default_serves_verifies_and_never_shows_the_key(tmp_path: Path) -
         before = holders(token.encode())
         assert any(VLLM in p.cmdline for p in before.values()), "vLLM does not run with this key (VLLM_API_KEY)"
         with Watch(token.encode(), allowed_roots=set(before) | {os.getpid()}) as watch:
-            verified = run_playbook("site.yml", INVENTORY, "--tags", "verify", "-vvv", "-e", artifacts, env=env)
+            verified = run_playbook(
+                "site.yml", INVENTORY, "--tags", "verify", "-vvv", "-e", artifacts, *with_vault, env=env
+            )
         assert verified.returncode == 0, failures(verified)
         assert "endpoint(s) verified" in verified.stdout
         output = verified.stdout + verified.stderr
@@ -61,7 +100,7 @@ def test_local_default_serves_verifies_and_never_shows_the_key(tmp_path: Path) -
         assert watch.rounds >= 10 and watch.probe_seen > 0, f"{watch.rounds} samples, probe seen {watch.probe_seen}x"
         assert watch.findings == [], sorted(set(watch.findings))[:20]
 
-        again = run_playbook("site.yml", INVENTORY, "-e", artifacts, env=env, timeout=900)
+        again = run_playbook("site.yml", INVENTORY, "-e", artifacts, *with_vault, env=env, timeout=900)
         assert again.returncode == 0, failures(again)
         assert _recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-4000:]
     finally:

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
+from vllm_fleet import tools
 from vllm_fleet.cli import main
 
 REQUIRED = {
@@ -167,3 +168,31 @@ def test_plan_bad_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_catalog_listings(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models"]) == 0 and "deepseek-ai/DeepSeek-R1" in capsys.readouterr().out
     assert main(["gpus"]) == 0 and "H200" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["status", "doctor"])
+def test_an_inventory_that_is_not_there_is_exit_2_in_every_command(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not the checkout's artifacts (another deployment's status), not a traceback."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for inventory, said in ((tmp_path / "nope", "does not exist"), (empty, "is an empty folder")):
+        assert main([command, "-i", str(inventory)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"--inventory: {inventory} {said}" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_missing_ansible_tool_names_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.executable", str(tmp_path / "python3"))  # no ansible-playbook beside it
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for command in ("doctor", "status"):
+        assert main([command, "-i", str(ROOT / "inventories/local")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "is not installed; fix: install ansible-core" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_comma_list_of_hosts_is_an_inventory() -> None:
+    assert tools.inventory("gpu-1,gpu-2,") == "gpu-1,gpu-2,"
