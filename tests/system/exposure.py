@@ -19,6 +19,21 @@ SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "include", "share"
 BIG = 8 << 20
 
 
+# A deployment's processes by their command line (where no systemd unit names them: a test
+# machine without systemd runs the roles' services as supervised processes).
+OURS = (
+    "vllm",
+    "nginx",
+    "ray",
+    "gcs_server",
+    "raylet",
+    "prometheus",
+    "exporter",
+    "/opt/vllm-fleet",
+    "/var/lib/vllm-fleet",
+)
+
+
 @dataclass(frozen=True)
 class Listener:
     address: str
@@ -28,8 +43,29 @@ class Listener:
     command: str
 
     @property
+    def ours(self) -> bool:
+        return any(word in self.unit or word in self.command for word in OURS)
+
+    def started_with(self, entry: bytes) -> bool:
+        """Whether this process or one of its ancestors was started with environment ``entry``
+        (a process that Ray's raylet starts gets its settings from the raylet, not its own env)."""
+        pid = self.pid
+        for _ in range(16):
+            if not pid or pid <= 1:
+                return False
+            try:
+                if entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    return True
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                return False
+        return False
+
+    @property
     def loopback(self) -> bool:
-        return ipaddress.ip_address(self.address).is_loopback or self.address.startswith("::ffff:127.")
+        ip = ipaddress.ip_address(self.address)
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        return ip.is_loopback or bool(mapped and mapped.is_loopback)
 
 
 def _address(hex_addr: str) -> str:
