@@ -477,6 +477,12 @@ def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]
     }
 
 
+def gateway_local_address(gateway: dict[str, Any]) -> str:
+    """Where the gateway's own host reaches it: loopback, unless it listens on one other address."""
+    listen = ipaddress.ip_address(gateway["listen"])
+    return LOOPBACK if listen.is_loopback or listen.is_unspecified else str(listen)
+
+
 def gateway_checks(plan: dict[str, Any], settings: dict[str, Any]) -> list[str]:
     """What the gateway's address means, checked at plan time: the warnings the plan prints
     (an address beyond loopback with no API key; loopback only, reachable from this host
@@ -523,7 +529,7 @@ def verify_plan(
             members = [i["name"] for i in plan["instances"] if str(i["endpoint"]) in route["upstreams"]]
             targets.append(
                 {
-                    "endpoint": f"127.0.0.1:{gw['port']}",
+                    "endpoint": f"{gateway_local_address(gw)}:{gw['port']}",
                     "via": "gateway",
                     "name": "gateway" if len(routes) == 1 else f"gateway {route['model']}",
                     "layout": f"{len(members)} instance(s), {gw['strategy']}",
@@ -606,7 +612,15 @@ def monitoring_of(
         targets["dcgm"] = [
             {"target": f"{_address(plan, n, addresses)}:{DCGM_PORT}", "labels": {"node": n}} for n in gpu_nodes
         ]
-    gw_address = "127.0.0.1" if gateway["host"] == host else _address(plan, gateway["host"], addresses)
+    # The gateway's own host reaches it on loopback, unless it listens on one address only.
+    here = gateway_local_address(gateway)
+    gw_address = here if gateway["host"] == host else _address(plan, gateway["host"], addresses)
+    # Who may read nginx's counters besides loopback: the exporter's source address.
+    allow = (
+        []
+        if not enabled or gw_address == LOOPBACK
+        else [here if gateway["host"] == host else _address(plan, host, addresses)]
+    )
     return {
         "enabled": enabled,
         "host": host,
@@ -616,6 +630,7 @@ def monitoring_of(
         "nginx_exporter_port": NGINX_EXPORTER_PORT,
         # The gateway's stub_status, which nginx answers only to loopback and this address.
         "gateway_status_url": f"http://{gw_address}:{gateway['port']}/vllm-fleet-nginx-status",
+        "gateway_status_allow": allow,
         "source": _address(plan, host, addresses),
         "targets": targets if enabled else {},
     }

@@ -283,6 +283,7 @@ def test_day_two_parts_of_the_record() -> None:
     assert [t["target"] for t in targets["gateway"]] == ["127.0.0.1:9113"]
     assert targets["ray"] == [] and targets["dcgm"] == []  # mp executors, CPU nodes
     assert node3["monitoring"]["gateway_status_url"] == "http://127.0.0.1:8080/vllm-fleet-nginx-status"
+    assert node3["monitoring"]["gateway_status_allow"] == []  # the exporter reads it on loopback
     assert node3["watchdog"]["enabled"] is False  # nothing serves there
     off = deploy.node_record(plan, "node1", {**settings, "monitoring": "false", "rolling_batch": 2}, context)
     assert not off["monitoring"]["enabled"] and 9100 not in off["firewall_ports"]
@@ -460,3 +461,20 @@ def test_a_loopback_gateway_watched_from_another_host_is_refused() -> None:
 def test_gateway_listen_must_be_an_address() -> None:
     with pytest.raises(PlanError, match=r"vllm_fleet_gateway_listen: is not an IP address \('eth0'\)"):
         _settings(gateway_listen="eth0")
+
+
+def test_a_gateway_on_one_address_is_reached_there_by_verify_and_its_exporter() -> None:
+    """vllm_fleet_gateway_listen: 10.77.0.13 (no loopback socket): verify's probe, the exporter's
+    status URL and nginx's status allow-list use that address; elsewhere the exporter's source."""
+    plan = _two_replicas()
+    settings = _settings(model=str(TINY), gateway_host="node3", gateway_listen="10.77.0.13", api_key="k",
+                         monitoring="true")  # fmt: skip
+    context = {"addresses": {"node3": "10.77.0.13"}}
+    rec = deploy.node_record(plan, "node3", settings, context)
+    assert rec["verify"]["targets"][0]["endpoint"] == "10.77.0.13:8080"
+    assert rec["monitoring"]["gateway_status_url"] == "http://10.77.0.13:8080/vllm-fleet-nginx-status"
+    assert rec["monitoring"]["gateway_status_allow"] == ["10.77.0.13"]
+    apart = deploy.node_record(plan, "node3", {**settings, "gateway_listen": None, "monitoring_host": "node1"}, context)
+    assert apart["verify"]["targets"][0]["endpoint"] == "127.0.0.1:8080"
+    assert apart["monitoring"]["gateway_status_url"] == "http://10.77.0.13:8080/vllm-fleet-nginx-status"
+    assert apart["monitoring"]["gateway_status_allow"] == ["10.77.0.11"]
