@@ -555,7 +555,10 @@ def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str
         raise PlanError(
             "--diff", f"malformed inputs ({type(exc).__name__}: {exc})", "write it with playbooks/preview.yml"
         ) from exc
-    found = preview.diff(applied, preview.planned_state(parts, records))
+    first = _mapping(saved_nodes.get(next(iter(records), "")))
+    shared = dict(first.get("settings") or interface.resolve({"vllm_fleet_model": args.model}))
+    gateway = deploy.gateway_of(result, shared) if records else None
+    found = preview.diff(applied, preview.planned_state(parts, records, gateway))
     print(json.dumps(found.to_dict(), indent=2) if args.json else preview.render(found))
     return 0
 

@@ -288,6 +288,8 @@ def node_record(
     gateway = gateway_of(plan, settings)
     addresses = dict(ctx.get("addresses") or {})
     monitoring = monitoring_of(plan, settings, gateway, addresses, ray_vars)
+    gateway_here = gateway["enabled"] and gateway["host"] == node
+    upstreams = set(gateway["upstreams"])
     serving_here = any(launch.get("serves") for launch in launches)
     node_exporter = monitoring["enabled"] and (bool(launches) or monitoring["host"] == node)
     dcgm = monitoring["enabled"] and not cpu and runtime == "container" and bool(launches)
@@ -319,22 +321,24 @@ def node_record(
         ],
         "ray": ray,
         "launches": launches,
+        # Only this node's part: where the gateway is and which of its upstreams are here (the
+        # rolling restart drains them first). The gateway's upstreams and routes (but on its own
+        # host), what verify probes and Prometheus's targets are the deployment's (deployment_of).
         "gateway": {
-            **gateway,
-            "here": gateway["enabled"] and gateway["host"] == node,
-            # This node's replicas in the gateway (the rolling restart drains them first).
+            # The gateway host's record holds the whole gateway (what it serves in that role).
+            **(gateway if gateway_here else {k: gateway[k] for k in ("enabled", "host", "port", "listen")}),
+            "here": gateway_here,
             "upstreams_here": [
-                str(i["endpoint"])
-                for i in plan["instances"]
-                if i["head_node"] == node and str(i["endpoint"]) in gateway["upstreams"]
+                str(i["endpoint"]) for i in here if i["head_node"] == node and str(i["endpoint"]) in upstreams
             ],
         },
-        "verify": verify_plan(plan, settings, gateway),
-        # Day 2 (vllm_fleet/deploy.py monitoring_of): Prometheus on the monitoring host
-        # with the plan's scrape targets; a node exporter where vLLM runs (its address,
-        # behind the firewall) and on the monitoring host (loopback); DCGM on GPU nodes.
+        # Day 2 (vllm_fleet/deploy.py monitoring_of): Prometheus on the monitoring host; a node
+        # exporter where vLLM runs (its address, behind the firewall) and on the monitoring
+        # host (loopback); DCGM on GPU nodes.
         "monitoring": {
-            **monitoring,
+            "enabled": monitoring["enabled"],
+            "host": monitoring["host"],
+            "node_exporter_port": monitoring["node_exporter_port"],
             "here": monitoring["enabled"] and monitoring["host"] == node,
             "node_exporter": node_exporter,
             "node_exporter_listen": (
@@ -474,6 +478,29 @@ def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]
         # Several models: each one's served name and upstreams; the gateway routes a request
         # by the model its body names (empty: one model, every upstream serves it).
         "routes": [dict(r) for r in plan["gateway"].get("routes") or []],
+    }
+
+
+DEPLOYMENT_FORMAT = 1
+
+
+def deployment_of(
+    plan: dict[str, Any], settings: dict[str, Any], context: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What the whole deployment shares, computed once on the controller (node records hold
+    only each node's part): the gateway with its upstreams and routes, what verify probes and
+    from where, Prometheus's host and scrape targets, and how replicas restart. ``settings``:
+    the deployment-wide values (any node's); ``context``: ``addresses`` of hosts outside the
+    plan (the gateway and monitoring hosts) and ``role_vars`` (Ray's metrics port)."""
+    ctx = dict(context or {})
+    gateway = gateway_of(plan, settings)
+    ray_vars = _overlay("ray_cluster", _RAY_KEYS, ctx.get("role_vars"))
+    return {
+        "format": DEPLOYMENT_FORMAT,
+        "gateway": gateway,
+        "verify": verify_plan(plan, settings, gateway),
+        "monitoring": monitoring_of(plan, settings, gateway, dict(ctx.get("addresses") or {}), ray_vars),
+        "rolling": rolling_of(plan, settings, gateway),
     }
 
 

@@ -150,15 +150,19 @@ def node_state(
     }
 
 
-def planned_state(nodes: Mapping[str, Mapping[str, Any]], records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The planned state: ``nodes`` as :func:`node_state` gives them, the gateway where the
-    records place it (``records``: the deployment records, any node's gives the gateway)."""
+def planned_state(
+    nodes: Mapping[str, Mapping[str, Any]],
+    records: Mapping[str, Mapping[str, Any]],
+    gateway: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The planned state: ``nodes`` as :func:`node_state` gives them, and the gateway: the
+    deployment's (``gateway``, vllm_fleet/deploy.py deployment_of), else the one the gateway
+    host's record holds (``records``: the deployment records)."""
     gateways: dict[str, Any] = {}
-    for record in records.values():
-        gw = record.get("gateway") or {}
-        if gw.get("enabled"):
-            gateways[str(gw["host"])] = {"port": int(gw["port"]), "upstreams": [str(u) for u in gw["upstreams"]]}
-            break
+    held = [r["gateway"] for r in records.values() if "upstreams" in (r.get("gateway") or {})]
+    gw = gateway if gateway is not None else (held[0] if held else None)
+    if gw and gw.get("enabled"):
+        gateways[str(gw["host"])] = {"port": int(gw["port"]), "upstreams": [str(u) for u in gw["upstreams"]]}
     return {"nodes": {str(k): dict(v) for k, v in nodes.items()}, "gateways": gateways}
 
 
@@ -632,6 +636,7 @@ def report(
     parts: Mapping[str, Mapping[str, Any]],
     gateways: Mapping[str, Any] | None = None,
     wishes: Mapping[str, Any] | None = None,
+    gateway: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The preview of every node (``parts``: :func:`node_part` by node; ``gateways``: the
     gateway records read on hosts outside the nodes), as preview.json holds it: the
@@ -640,9 +645,9 @@ def report(
     found = {str(n): p["applied_gateway"] for n, p in parts.items() if p.get("applied_gateway")}
     found.update({str(h): g for h, g in (gateways or {}).items() if g})
     applied = applied_state({"nodes": {n: p["applied"] for n, p in parts.items()}, "gateways": found})
-    planned = planned_state(
-        {n: p["planned"] for n, p in parts.items()}, {n: {"gateway": p["gateway_plan"]} for n, p in parts.items()}
-    )
+    # The planned gateway: the deployment's (``gateway``), else the gateway host's record's.
+    holders = {n: {"gateway": p["gateway_plan"]} for n, p in parts.items()}
+    planned = planned_state({n: p["planned"] for n, p in parts.items()}, holders, gateway)
     result = diff(applied, planned)
     return {
         "format": PREVIEW_FORMAT,

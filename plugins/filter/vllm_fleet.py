@@ -312,6 +312,29 @@ def vllm_fleet_node(
         raise AnsibleFilterError(str(for_inventory(err))) from None
 
 
+def vllm_fleet_deployment(plan: dict[str, Any], settings: dict[str, Any], hostvars: Any) -> dict[str, Any]:
+    """What the whole deployment shares (vllm_fleet/deploy.py deployment_of), once, on the
+    controller: the gateway, verify, monitoring and rolling parts. ``settings``: what
+    vllm_fleet_settings returned; the first node's values are the deployment-wide ones, and
+    the gateway and monitoring hosts' addresses come from ``hostvars`` (they may be outside
+    the plan's nodes)."""
+    plan, settings = _plain(plan), _plain(settings)
+    nodes = settings["nodes"]
+    if not nodes:
+        raise AnsibleFilterError("vllm_fleet_deployment: no node settings")
+    first = next(iter(nodes))
+    mine = nodes[first]
+    addresses = {}
+    for host in (mine.get("gateway_host"), mine.get("monitoring_host")):
+        if host and host in hostvars:
+            addresses[str(host)] = str(hostvars[host].get("ansible_host") or host)
+    context = {"addresses": addresses, "role_vars": (settings.get("role_vars") or {}).get(first) or {}}
+    try:
+        return deploy.deployment_of(plan, mine, context)
+    except PlanError as err:
+        raise AnsibleFilterError(str(for_inventory(err))) from None
+
+
 def vllm_fleet_fabric(settings: dict[str, Any], hostvars: Any, nodes: list[str]) -> dict[str, Any]:
     """What every node's record reads of the nodes' RDMA (vllm_fleet/deploy.py fabric_of):
     ``{name: {"infiniband": gpu_facts' ports or None where not gathered, "rdma": ...,
@@ -342,12 +365,18 @@ def vllm_fleet_preview_node(
 
 
 def vllm_fleet_preview(
-    parts: dict[str, Any], gateways: dict[str, Any] | None = None, wishes: dict[str, Any] | None = None
+    parts: dict[str, Any],
+    gateways: dict[str, Any] | None = None,
+    wishes: dict[str, Any] | None = None,
+    gateway: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What applying the plan starts, restarts or stops on every node (vllm_fleet/preview.py
-    report): changes, lines, warnings, summary, and the applied and planned states."""
+    report): changes, lines, warnings, summary, and the applied and planned states.
+    ``gateway``: the deployment's gateway (vllm_fleet_deployment)."""
     try:
-        return preview.report(dict(parts), dict(gateways or {}), dict(wishes or {}))
+        return preview.report(
+            _plain(parts), dict(gateways or {}), dict(wishes or {}), _plain(gateway) if gateway else None
+        )
     except PlanError as err:
         raise AnsibleFilterError(f"vllm_fleet_preview: {err}") from err
     except (KeyError, TypeError, ValueError) as err:
@@ -448,6 +477,7 @@ class FilterModule:
             "vllm_fleet_check_ports": vllm_fleet_check_ports,
             "vllm_fleet_plan_nodes": vllm_fleet_plan_nodes,
             "vllm_fleet_node": vllm_fleet_node,
+            "vllm_fleet_deployment": vllm_fleet_deployment,
             "vllm_fleet_fabric": vllm_fleet_fabric,
             "vllm_fleet_preview_node": vllm_fleet_preview_node,
             "vllm_fleet_preview": vllm_fleet_preview,

@@ -306,19 +306,25 @@ def test_the_combined_plan_gives_each_node_its_own_models_launch_path_and_name()
         assert launch["argv"][launch["argv"].index("--served-model-name") + 1] == served
         assert rec["served_model_name"] == served
         assert rec["build_models"] == [{"path": path, "source": str(folder)}]
-    gateway = records["node1"]["gateway"]
-    assert gateway["enabled"] and gateway["routes"] == [
-        {"model": "alpha", "upstreams": ["10.77.0.11:8000"]},
-        {"model": "beta", "upstreams": ["10.77.0.12:8000"]},
-    ]
+    shared = deploy.deployment_of(plan, settings)
+    gateway = shared["gateway"]
+    assert (
+        records["node1"]["gateway"]["enabled"]
+        and gateway["enabled"]
+        and gateway["routes"]
+        == [
+            {"model": "alpha", "upstreams": ["10.77.0.11:8000"]},
+            {"model": "beta", "upstreams": ["10.77.0.12:8000"]},
+        ]
+    )
     # verify: one gateway probe per model (its own instances' KV), then each instance directly.
-    targets = records["node1"]["verify"]["targets"]
+    targets = shared["verify"]["targets"]
     assert [(t["via"], t["model"], t.get("instances")) for t in targets] == [
         ("gateway", "alpha", ["alpha-0"]), ("gateway", "beta", ["beta-0"]),
         ("direct", "alpha", None), ("direct", "beta", None),
     ]  # fmt: skip
     # A model with one replica cannot be drained: its node restarts in place.
-    assert not records["node1"]["rolling"]["enabled"]
+    assert not records["node1"]["rolling"]["enabled"] and not shared["rolling"]["enabled"]
     assert "alpha, beta has one replica" in records["node1"]["rolling"]["reason"]
 
 

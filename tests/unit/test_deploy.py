@@ -228,7 +228,18 @@ def test_gateway_on_its_own_host() -> None:
     settings = _settings(model=str(TINY), gateway=True, gateway_host="node3")
     context = {"addresses": {"node3": "10.77.0.13"}}
     rec = deploy.node_record(plan, "node1", settings, context)
+    # The node's part: where the gateway is, and which of its upstreams run here.
     assert rec["gateway"] == {
+        "enabled": True,
+        "host": "node3",
+        "port": 8080,
+        "listen": "127.0.0.1",
+        "here": False,
+        "upstreams_here": ["10.77.0.11:8000"],
+    }
+    # The deployment's part, once: the whole gateway.
+    shared = deploy.deployment_of(plan, settings, context)
+    assert shared["gateway"] == {
         "enabled": True,
         "host": "node3",
         "port": 8080,
@@ -239,20 +250,18 @@ def test_gateway_on_its_own_host() -> None:
         "router_policy": "cache_aware",
         "strategy": "least_conn",
         "routes": [],
-        "here": False,
-        "upstreams_here": ["10.77.0.11:8000"],
     }
-    # vllm-router instead: the record says so, and verify's gateway row names the policy.
+    # vllm-router instead: the deployment says so, and verify's gateway row names the policy.
     routed = _settings(model=str(TINY), gateway=True, gateway_host="node3", gateway_balancer="vllm-router",
                        gateway_router_policy="power_of_two")  # fmt: skip
-    record = deploy.node_record(plan, "node1", routed, context)
+    record = deploy.deployment_of(plan, routed, context)
     assert (record["gateway"]["balancer"], record["gateway"]["strategy"]) == ("vllm-router", "vllm-router power_of_two")
     assert record["verify"]["targets"][0]["layout"] == "2 instance(s), vllm-router power_of_two"
-    assert rec["verify"]["from"] == "node3" and rec["verify"]["gateway"]
-    assert [(t["via"], t["endpoint"]) for t in rec["verify"]["targets"]] == [
+    assert shared["verify"]["from"] == "node3" and shared["verify"]["gateway"]
+    assert [(t["via"], t["endpoint"]) for t in shared["verify"]["targets"]] == [
         ("gateway", "127.0.0.1:8080"), ("direct", "10.77.0.11:8000"), ("direct", "10.77.0.12:8000"),
     ]  # fmt: skip
-    assert {t["model"] for t in rec["verify"]["targets"]} == {"tiny-llama"}
+    assert {t["model"] for t in shared["verify"]["targets"]} == {"tiny-llama"}
     # Its own members and the gateway host, which is also the monitoring host (auto: two replicas).
     assert rec["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]
     gateway_node = deploy.node_record(plan, "node3", settings, context)
@@ -269,21 +278,26 @@ def test_day_two_parts_of_the_record() -> None:
     context = {"addresses": {"node3": "10.77.0.13"}}
     node1 = deploy.node_record(plan, "node1", settings, context)
     mon = node1["monitoring"]
-    assert (mon["enabled"], mon["host"], mon["here"], mon["scrape_interval"]) == (True, "node3", False, 5)
+    shared = deploy.deployment_of(plan, settings, context)["monitoring"]
+    assert (mon["enabled"], mon["host"], mon["here"], shared["scrape_interval"]) == (True, "node3", False, 5)
     assert (mon["node_exporter"], mon["node_exporter_listen"], mon["dcgm"]) == (True, "10.77.0.11:9100", False)
     assert 9100 in node1["firewall_ports"]
     assert node1["watchdog"] == {"enabled": True, "interval": 2, "failures": 3}
     assert node1["rolling"]["enabled"] and node1["rolling"]["batch"] == 1
     node3 = deploy.node_record(plan, "node3", settings, context)
-    targets = node3["monitoring"]["targets"]
-    assert node3["monitoring"]["here"] and node3["monitoring"]["node_exporter_listen"] == "127.0.0.1:9100"
+    targets = shared["targets"]
+    assert (
+        shared["host"] == "node3"
+        and node3["monitoring"]["here"]
+        and node3["monitoring"]["node_exporter_listen"] == "127.0.0.1:9100"
+    )
     assert [t["target"] for t in targets["vllm"]] == ["10.77.0.11:8000", "10.77.0.12:8000"]
     assert {t["labels"]["vllm_instance"] for t in targets["vllm"]} == {i["name"] for i in plan["instances"]}
     assert [t["target"] for t in targets["node"]] == ["10.77.0.11:9100", "10.77.0.12:9100", "127.0.0.1:9100"]
     assert [t["target"] for t in targets["gateway"]] == ["127.0.0.1:9113"]
     assert targets["ray"] == [] and targets["dcgm"] == []  # mp executors, CPU nodes
-    assert node3["monitoring"]["gateway_status_url"] == "http://127.0.0.1:8080/vllm-fleet-nginx-status"
-    assert node3["monitoring"]["gateway_status_allow"] == []  # the exporter reads it on loopback
+    assert shared["gateway_status_url"] == "http://127.0.0.1:8080/vllm-fleet-nginx-status"
+    assert shared["gateway_status_allow"] == []  # the exporter reads it on loopback
     assert node3["watchdog"]["enabled"] is False  # nothing serves there
     off = deploy.node_record(plan, "node1", {**settings, "monitoring": "false", "rolling_batch": 2}, context)
     assert not off["monitoring"]["enabled"] and 9100 not in off["firewall_ports"]
@@ -310,7 +324,7 @@ def test_gateway_wish_and_verify_plan(
     rec = deploy.node_record(plan, "node1", settings, {})
     assert (rec["gateway"]["enabled"], rec["gateway"]["here"]) == (enabled, enabled)
     verify = deploy.verify_plan(plan, settings)
-    assert verify == rec["verify"]
+    assert verify == deploy.deployment_of(plan, settings)["verify"]
     assert (verify["from"], verify["gateway"]) == (verify_from, enabled)
     assert [t["endpoint"] for t in verify["targets"]] == targets
 
@@ -470,11 +484,33 @@ def test_a_gateway_on_one_address_is_reached_there_by_verify_and_its_exporter() 
     settings = _settings(model=str(TINY), gateway_host="node3", gateway_listen="10.77.0.13", api_key="k",
                          monitoring="true")  # fmt: skip
     context = {"addresses": {"node3": "10.77.0.13"}}
-    rec = deploy.node_record(plan, "node3", settings, context)
+    rec = deploy.deployment_of(plan, settings, context)
     assert rec["verify"]["targets"][0]["endpoint"] == "10.77.0.13:8080"
     assert rec["monitoring"]["gateway_status_url"] == "http://10.77.0.13:8080/vllm-fleet-nginx-status"
     assert rec["monitoring"]["gateway_status_allow"] == ["10.77.0.13"]
-    apart = deploy.node_record(plan, "node3", {**settings, "gateway_listen": None, "monitoring_host": "node1"}, context)
+    apart = deploy.deployment_of(plan, {**settings, "gateway_listen": None, "monitoring_host": "node1"}, context)
     assert apart["verify"]["targets"][0]["endpoint"] == "127.0.0.1:8080"
     assert apart["monitoring"]["gateway_status_url"] == "http://10.77.0.13:8080/vllm-fleet-nginx-status"
     assert apart["monitoring"]["gateway_status_allow"] == ["10.77.0.11"]
+
+
+def test_a_node_record_stays_flat_from_10_to_1000_nodes() -> None:
+    """The deployment-wide parts (every upstream, verify target and scrape target) are the
+    deployment's, computed once; a node's record holds its own part only (issue: the plan phase
+    at fleet scale; 1.5 MiB at 1,000 nodes before)."""
+    model = "meta-llama/Llama-3.1-70B-Instruct"
+    settings = _settings(model=model, gateway="true", monitoring="true")
+    sizes = {}
+    for count in (10, 1000):
+        nodes = [{"name": f"n{i:04d}", "gpu": "H100-SXM", "gpu_count": 8, "address": f"10.{i // 250}.0.{i % 250 + 1}"}
+                 for i in range(count)]  # fmt: skip
+        plan = plan_cluster(load_model(model), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=8192))
+        last = nodes[-1]["name"]
+        sizes[count] = len(json.dumps(deploy.node_record(plan, last, settings, {})))
+        shared = deploy.deployment_of(plan, settings, {})
+        assert len(shared["gateway"]["upstreams"]) == len(plan["instances"]) >= count
+        assert len(shared["monitoring"]["targets"]["vllm"]) == len(plan["instances"])
+        gateway_host = deploy.node_record(plan, nodes[0]["name"], settings, {})
+        assert gateway_host["gateway"]["here"]
+        assert gateway_host["gateway"]["upstreams"] == shared["gateway"]["upstreams"]
+    assert sizes[1000] <= 16 * 1024 and sizes[1000] <= sizes[10] * 1.05, sizes

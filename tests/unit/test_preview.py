@@ -48,12 +48,24 @@ def _deploy(
         load_model(str(model)), cluster_from_data({"nodes": _nodes(memory)}), Wishes(**interface.wishes(first))
     )
     ctx = {"addresses": {"node3": ADDRESSES["node3"]}, **(context or {})}
-    return {n: deploy.node_record(plan, n, settings[n], ctx) for n in memory}
+    return Records(
+        {n: deploy.node_record(plan, n, settings[n], ctx) for n in memory},
+        gateway=deploy.deployment_of(plan, first, ctx)["gateway"],
+    )
+
+
+class Records(dict[str, dict[str, Any]]):
+    """Every node's record, and the deployment's gateway (computed once, as the plan play does:
+    the gateway host may be outside the nodes)."""
+
+    def __init__(self, records: dict[str, dict[str, Any]], gateway: dict[str, Any] | None = None) -> None:
+        super().__init__(records)
+        self.gateway = gateway
 
 
 def _state(records: dict[str, dict[str, Any]], key: str = KEY, **options: Any) -> dict[str, Any]:
     nodes = {n: preview.node_state(r, secrets={"VLLM_API_KEY": key}, **options) for n, r in records.items()}
-    return preview.planned_state(nodes, records)
+    return preview.planned_state(nodes, records, getattr(records, "gateway", None))
 
 
 def _lines(applied: dict[str, Any], planned: dict[str, Any]) -> list[str]:
