@@ -17,6 +17,8 @@
 #   make bench-day2  rolling update, hung replica and scrape figures on the test hosts (about 10 min)
 #   make bench-routing  what the gateway (one model, and routing by model with njs) adds per request
 #   make bench-prefix   prefix-cache hit rate and TTFT: nginx least_conn against vllm-router cache_aware (about 10 min)
+#   make bench-scale the plan phase at 32, 128, 512 and 1,000 inventory hosts (time, controller RSS) and
+#                    one node's record as the cluster grows (about 3 min, no host reached)
 #   make bench-rerun a no-change re-run of site.yml against its first run (INVENTORY=..., RESET=1: teardown first)
 PYTHON ?= python3
 VENV ?= .venv
@@ -27,7 +29,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers lint up down ssh bench bench-serve bench-rerun bench-day2 bench-routing bench-prefix clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers lint up down ssh bench bench-serve bench-scale bench-rerun bench-day2 bench-routing bench-prefix clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +102,9 @@ bench-routing: $(STAMP)
 
 bench-prefix: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/prefix_routing.py
+
+bench-scale: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/scale.py
 
 bench-rerun: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/rerun.py --inventory $(INVENTORY) $(if $(RESET),--reset)

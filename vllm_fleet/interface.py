@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
 from vllm_fleet.errors import PlanError
 from vllm_fleet.memory import CURRENT_VLLM, LIMITS, MAX_GPU_MEMORY_GIB
@@ -275,6 +276,7 @@ def resolve(raw: Mapping[str, Any]) -> dict[str, Any]:
                 "write an address of the gateway host (127.0.0.1, 0.0.0.0, 10.0.0.5), or leave it unset",
             ) from None
         out["gateway_listen"] = str(out["gateway_listen"]).strip()
+    _check_passthrough(out)
     if out["rdma_devices"] == []:
         raise PlanError(PREFIX + "rdma_devices", "is empty", "list the devices, or set vllm_fleet_rdma: off for none")
     if out["rdma_devices"] is not None and out["rdma"] not in ("infiniband", "roce"):
@@ -284,6 +286,45 @@ def resolve(raw: Mapping[str, Any]) -> dict[str, Any]:
             "set vllm_fleet_rdma: infiniband (or roce) on this node too, or drop vllm_fleet_rdma_devices",
         )
     return out
+
+
+# What vllm_fleet_extra_env must not set: the secrets that have options of their own (Vault or
+# the controller's environment, which the roles write to 0600 files only; extra_env is in the
+# plan and the records) and what the plan computes per launch.
+SECRET_ENV = ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "RAY_AUTH_TOKEN")
+PLANNED_ENV = {
+    "VLLM_PP_LAYER_PARTITION": "the plan computes each pipeline's layer partition from the GPUs' memory",
+    "VLLM_HOST_IP": "the plan sets each launch's address (vllm_fleet_address)",
+    "CUDA_VISIBLE_DEVICES": "the plan gives each launch its GPUs",
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_passthrough(out: Mapping[str, Any]) -> None:
+    """vllm_fleet_extra_args and vllm_fleet_extra_env through the same checks as declared
+    options, at plan time: no secret flag or variable (a value on a command line is in ps and
+    the logs), no variable the plan computes itself, only names a shell can export."""
+    flags = secret_flags(list(out["extra_args"] or []))
+    if flags:
+        raise PlanError(
+            PREFIX + "extra_args",
+            f"holds {flags[0]}: a secret on the command line is visible in ps and in logs",
+            "set vllm_fleet_api_key / vllm_fleet_hf_token (Ansible Vault or the environment) instead",
+        )
+    for name in out["extra_env"] or {}:
+        key = str(name)
+        if not _ENV_NAME.match(key):
+            raise PlanError(PREFIX + "extra_env", f"{key!r} is not a variable name", "use letters, digits and _")
+        if key.upper() in SECRET_ENV:  # other secret-like names are the operator's (the preview hashes them)
+            raise PlanError(
+                PREFIX + "extra_env",
+                f"sets {key}, a secret with a declared option: it would reach the plan, the records and -v output",
+                "set vllm_fleet_api_key / vllm_fleet_hf_token (Ansible Vault or the environment) instead",
+            )
+        if key in PLANNED_ENV:
+            raise PlanError(
+                PREFIX + "extra_env", f"sets {key}: {PLANNED_ENV[key]}", f"drop {key} from vllm_fleet_extra_env"
+            )
 
 
 # Ray's fixed ports and its worker range (roles/ray_cluster/defaults/main.yml; a unit test

@@ -447,8 +447,23 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str], api_key: bool = False) 
     except PlanError as err:
         raise AnsibleFilterError(str(for_inventory(err))) from None
     first = nodes[0] if nodes else None
+    # Every host the plan names must be in the inventory (and is reached before any phase
+    # changes a node: playbooks/plan.yml's reach play takes these with the nodes).
+    extra_hosts: list[str] = []
+    for field in ("gateway_host", "monitoring_host"):
+        host = per_node[first].get(field) if first else None
+        if not host:
+            continue
+        if host not in hostvars:
+            raise AnsibleFilterError(
+                f"{interface.PREFIX}{field}: {host} is not in the inventory; fix: add {host} to the inventory "
+                f"(with its ansible_host), or leave {interface.PREFIX}{field} unset"
+            )
+        if host not in nodes and host not in extra_hosts:
+            extra_hosts.append(str(host))
     return {
         "nodes": per_node,
+        "extra_hosts": extra_hosts,
         "role_vars": role_vars,
         "warnings": warnings,
         "wishes": interface.wishes(per_node[first], role_vars[first], per_node.values()) if first else {},

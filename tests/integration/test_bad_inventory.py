@@ -103,6 +103,44 @@ CASES = [
         "vllm_fleet_address: n1 and n2 are one machine (127.0.0.1)",
         id="duplicate-address",
     ),
+    # Hosts the plan names but the inventory lacks (a class: every host field).
+    pytest.param(
+        {"n1": {}},
+        {"vllm_fleet_gateway": "true", "vllm_fleet_gateway_host": "gw-9"},
+        "vllm_fleet_gateway_host: gw-9 is not in the inventory; fix: add gw-9 to the inventory",
+        id="gateway-host-not-in-inventory",
+    ),
+    pytest.param(
+        {"n1": {}},
+        {"vllm_fleet_monitoring": "true", "vllm_fleet_monitoring_host": "prom-1"},
+        "vllm_fleet_monitoring_host: prom-1 is not in the inventory",
+        id="monitoring-host-not-in-inventory",
+    ),
+    # What reaches vLLM around the declared options (a class: flags, secret variables, planned variables).
+    pytest.param(
+        {"n1": {"vllm_fleet_extra_args": ["--api-key=sk-123"]}},
+        None,
+        "vllm_fleet_extra_args: holds --api-key: a secret on the command line is visible in ps",
+        id="extra-args-secret-flag",
+    ),
+    pytest.param(
+        {"n1": {}},
+        {"vllm_fleet_extra_env": {"HF_TOKEN": "hf_x"}},
+        "vllm_fleet_extra_env: sets HF_TOKEN, a secret",
+        id="extra-env-secret",
+    ),
+    pytest.param(
+        {"n1": {}},
+        {"vllm_fleet_extra_env": {"VLLM_PP_LAYER_PARTITION": "3,3"}},
+        "vllm_fleet_extra_env: sets VLLM_PP_LAYER_PARTITION: the plan computes each pipeline's layer partition",
+        id="extra-env-planned-partition",
+    ),
+    pytest.param(
+        {"n1": {}},
+        {"vllm_fleet_gateway_listen": "eth0"},
+        "vllm_fleet_gateway_listen: is not an IP address ('eth0')",
+        id="gateway-listen-not-an-address",
+    ),
     pytest.param(
         {"n1": {}},
         {"vllm_fleet_max_model_len": 4096},

@@ -407,7 +407,7 @@ def test_through_the_filter_plugin(eight_layers: Path) -> None:
         "n2": {"vllm_fleet_model": "Qwen/Qwen3-8B", "vllm_fleet_port": 9000, "vllm_fleet_gpu_count": "4"},
     }  # fmt: skip
     got = filters["vllm_fleet_settings"](hostvars, ["n1", "n2"])
-    assert set(got) == {"nodes", "role_vars", "warnings", "wishes"}
+    assert set(got) == {"nodes", "role_vars", "warnings", "wishes", "extra_hosts"}
     assert (got["nodes"]["n1"]["port"], got["nodes"]["n1"]["runtime"], got["nodes"]["n2"]["gpu_count"]) == (
         9000, "systemd", 4,
     )  # fmt: skip
