@@ -354,6 +354,7 @@ def node_record(
             "enabled": bool(settings.get("watchdog", True)) and serving_here,
             "interval": int(settings.get("watchdog_interval") or 2),
             "failures": int(settings.get("watchdog_failures") or 3),
+            "stall_s": int(120 if settings.get("watchdog_stall_s") is None else settings["watchdog_stall_s"]),
         },
         "rolling": rolling_of(plan, settings, gateway),
         # InfiniBand/RoCE (vllm_fleet/rdma.py): the devices, the node's NCCL variables (in every

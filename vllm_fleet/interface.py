@@ -154,6 +154,9 @@ VARIABLES: tuple[Var, ...] = (
       minimum=1, maximum=600),
     V("watchdog_failures", "int", 3, "all", "failed checks in a row before the watchdog restarts a replica",
       minimum=1, maximum=100),
+    V("watchdog_stall_s", "int", 120, "all",
+      "seconds of requests running or waiting without a generated token (/metrics), /health answering, before "
+      "the watchdog restarts the instance (a stuck engine); 0: off", minimum=0, maximum=86400),
     V("rolling_batch", "int", 1, "all", "nodes restarted at a time when a run restarts running replicas",
       minimum=1, maximum=10000),
     V("drain_timeout", "int", 120, "all", "seconds a drained replica's requests get to finish before its restart",

@@ -10,6 +10,7 @@ artifacts/day2.json."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import statistics
@@ -78,6 +79,8 @@ def _inventory(path: Path, hosts: Hosts, env: dict[str, str] | None = None) -> P
                 "vllm_server_installer": "uv",
                 "vllm_server_pip_args": ["--no-index", "--find-links", "/opt/wheels"],
                 "vllm_fleet_monitoring_scrape_interval": 5,
+                # The stuck-engine check below: 30 s without a token while a request runs.
+                "vllm_fleet_watchdog_stall_s": 30,
                 # No torch.compile: each of the four starts (first, two rolling, one watchdog)
                 # takes about half as long on one core. The compiled path: test_multinode, vllm_server's Molecule.
                 "vllm_fleet_enforce_eager": True,
@@ -109,6 +112,39 @@ for q in json.load(sys.stdin):
     except Exception as exc:  # an HTTP 400 is a query Prometheus refused
         out[q] = {"status": "error", "error": str(exc)}
 print(json.dumps(out))
+"""
+
+
+# Run on a replica (python3 -, so that the key is on stdin, never in argv): a long completion
+# in flight, vLLM's /metrics showing it running, then SIGSTOP to the engine core process
+# (VLLM::EngineCore, its process title) while the API server lives.
+STOP_ENGINE = """
+import json, os, signal, subprocess, threading, time, urllib.request
+base = "http://@ADDRESS@:8000"
+def ask():
+    body = json.dumps({"model": "tiny-llama", "prompt": "Once", "max_tokens": 1000, "ignore_eos": True}).encode()
+    req = urllib.request.Request(base + "/v1/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": "Bearer @KEY@"})
+    try:
+        urllib.request.urlopen(req, timeout=600).read()
+    except Exception:
+        pass
+for _ in range(3):  # several in flight: the engine is stopped while one surely runs
+    threading.Thread(target=ask, daemon=True).start()
+    time.sleep(0.3)
+deadline = time.time() + 60
+while time.time() < deadline:
+    page = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+    running = sum(float(l.rsplit(" ", 1)[1]) for l in page.splitlines() if l.startswith("vllm:num_requests_running"))
+    if running >= 1:
+        break
+    time.sleep(0.2)
+else:
+    raise SystemExit("no request ran within 60 s")
+pids = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
+assert len(pids) == 1, pids
+os.kill(int(pids[0]), signal.SIGSTOP)
+print("stopped", pids[0])
 """
 
 
@@ -352,6 +388,37 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     figures["hung_replica"] = {"ejected_s": round(ejected, 1), "recovered_s": round(recovered, 1), **load.figures()}
     _say(f"hung replica: {figures['hung_replica']} (failed: requests in flight on it when it hung)")
     assert len(load.failures) <= 1, load.failures  # at most the one in flight when it hung
+
+    # A stuck engine: node1's engine core stopped (SIGSTOP) mid-generation while its API server
+    # lives: /health still answers 200 (vLLM only asks whether the engine died), so neither the
+    # gateway's watcher nor the /health checks see it. The watchdog reads /metrics: a request
+    # running and no token for vllm_fleet_watchdog_stall_s (30 s) restarts it.
+    stuck = test_hosts.nodes[0]
+    stuck_unit = "vllm-fleet-vllm-tiny-llama-0.service"
+    restarts_before = _on(stuck.name, f"systemctl show -p NRestarts --value {stuck_unit}").strip()
+    _on(stuck.name, "python3 -", stdin=STOP_ENGINE.replace("@ADDRESS@", stuck.address).replace("@KEY@", API_KEY))
+    stopped = time.monotonic()
+    detected = None
+    while time.monotonic() - stopped < 120 and detected is None:
+        journal = _on(stuck.name, "journalctl -u vllm-fleet-watchdog --no-pager -o cat")
+        if "the engine is stuck; killing and restarting it" in journal:
+            detected = time.monotonic() - stopped
+        time.sleep(2)
+    assert detected is not None, "the watchdog did not restart the stuck engine within 120 s: " + journal[-2000:]
+    serving = None
+    while time.monotonic() - stopped < 420 and serving is None:
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            health = _on(
+                stuck.name, f"curl -s -m 5 -o /dev/null -w '%{{http_code}}' http://{stuck.address}:8000/health || true"
+            )
+            if health.strip() == "200" and _watch_status(monitor)[f"{stuck.address}:8000"]["state"] == "up":
+                serving = time.monotonic() - stopped
+        time.sleep(2)
+    assert serving is not None, "the restarted replica did not serve again within 420 s" + _replica_journals(test_hosts)
+    for _ in range(4):  # both replicas answer through the gateway again
+        assert _complete(gateway)["usage"]["completion_tokens"] > 0  # type: ignore[index]
+    figures["stuck_engine"] = {"detected_s": round(detected, 1), "serving_s": round(serving, 1)}
+    _say(f"stuck engine: {figures['stuck_engine']} (restarts before: {restarts_before})")
 
     # One replica stopped: every request through the gateway still gets its answer, and
     # Prometheus fires VllmInstanceDown for it (unless it already did while it was hung).

@@ -282,7 +282,7 @@ def test_day_two_parts_of_the_record() -> None:
     assert (mon["enabled"], mon["host"], mon["here"], shared["scrape_interval"]) == (True, "node3", False, 5)
     assert (mon["node_exporter"], mon["node_exporter_listen"], mon["dcgm"]) == (True, "10.77.0.11:9100", False)
     assert 9100 in node1["firewall_ports"]
-    assert node1["watchdog"] == {"enabled": True, "interval": 2, "failures": 3}
+    assert node1["watchdog"] == {"enabled": True, "interval": 2, "failures": 3, "stall_s": 120}
     assert node1["rolling"]["enabled"] and node1["rolling"]["batch"] == 1
     node3 = deploy.node_record(plan, "node3", settings, context)
     targets = shared["targets"]

@@ -49,6 +49,7 @@ class HealthServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _HealthHandler)
         self.mode = "ok"
+        self.metrics = ""  # what /metrics answers (vLLM's Prometheus page); "" is 404
         self.requests: list[tuple[float, str]] = []  # (when, the mode it was answered in)
         self.release = threading.Event()
 
@@ -68,6 +69,13 @@ class _HealthHandler(BaseHTTPRequestHandler):
         if server.mode == "hung":
             server.release.wait(10)
             return  # the client gave up long ago
+        if self.path == "/metrics" and server.metrics:
+            page = server.metrics.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
         code = 200 if server.mode == "ok" else 500
         body = b"{}" if self.path == "/health" else b"not found"
         self.send_response(code if self.path == "/health" else 404)
@@ -675,3 +683,84 @@ def test_watchdog_loop(replicas: Callable[[], HealthServer], systemd: FakeSystem
     assert out.count("hung: /health did not answer 3 times in a row") == 2
     assert "never: answers" not in out
     assert "stopped: answers" not in out
+
+
+def _vllm_metrics(running: float, waiting: float, tokens: float) -> str:
+    """A /metrics page as vLLM 0.32 writes it (two engines: the samples add up)."""
+    return (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{engine="0",model_name="tiny llama"}} {running}\n'
+        'vllm:num_requests_running{engine="1",model_name="tiny llama"} 0.0\n'
+        f'vllm:num_requests_waiting{{engine="0",model_name="tiny llama"}} {waiting}\n'
+        "# TYPE vllm:generation_tokens counter\n"
+        f'vllm:generation_tokens_total{{engine="0",model_name="tiny llama"}} {tokens}\n'
+        'vllm:generation_tokens_total{engine="1",model_name="tiny llama"} 3.0\n'
+        'vllm:generation_tokens_created{engine="0",model_name="tiny llama"} 1.7e+09\n'
+    )
+
+
+def test_watchdog_reads_progress_from_vllms_metrics() -> None:
+    assert wd.progress(_vllm_metrics(1, 2, 40)) == (3.0, 43.0)
+    assert wd.progress("# nothing of vLLM\nprocess_cpu_seconds_total 3\n") is None
+    assert wd.progress('vllm:generation_tokens_total{a="b"} not-a-number\n') is None
+
+
+def test_watchdog_stall_needs_busy_and_still_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restarted only after stall_s of requests waiting or running with the token counter still;
+    an idle engine, a moving counter or an unreadable page decide nothing."""
+    pages: list[tuple[float, float] | None] = []
+    monkeypatch.setattr(wd, "read_progress", lambda url, timeout: pages.pop(0))
+    clock = [1000.0]
+    monkeypatch.setattr(wd.time, "monotonic", lambda: clock[0])
+    launch = {"name": "a", "metrics_url": "http://x/metrics"}
+    seen: dict[str, Any] = {"tokens": None, "since": None, "stalls": 0}
+
+    def step(page: tuple[float, float] | None, later: float) -> bool:
+        clock[0] += later
+        pages.append(page)
+        return wd.stalled(launch, seen, 30, 1)
+
+    assert not step((2, 10), 0)  # first look
+    assert not step((2, 10), 20)  # 20 s still: not yet
+    assert not step((2, 11), 20)  # a token: the clock starts again
+    assert not step(None, 25)  # page unreadable: nothing decided
+    assert not step((0, 11), 40)  # idle: nothing to generate
+    assert not step((1, 11), 10)
+    assert step((1, 11), 31)  # busy and still for 31 s
+    assert seen == {"tokens": None, "since": None, "stalls": 1}
+
+
+def test_watchdog_restarts_a_stuck_engine_that_answers_health(
+    replicas: Callable[[], HealthServer], systemd: FakeSystemd, tmp_path: Path
+) -> None:
+    """The watchdog process itself: /health answers 200 on both launches; "stuck" has a request
+    running and a still token counter, "idle" none running: only "stuck" is restarted, once."""
+    servers = {name: replicas() for name in ("stuck", "idle")}
+    servers["stuck"].metrics = _vllm_metrics(1, 0, 7)
+    servers["idle"].metrics = _vllm_metrics(0, 0, 7)
+    launches = [
+        {**systemd_launch(n, f"http://{s.address}/health"), "metrics_url": f"http://{s.address}/metrics"}
+        for n, s in servers.items()
+    ]
+    systemd.set(
+        {f"vllm-fleet-{n}.service": {"ActiveState": "active", "MainPID": 100 + i} for i, n in enumerate(servers)}
+    )
+    status = tmp_path / "status.json"
+    config = tmp_path / "watchdog.json"
+    config.write_text(json.dumps({"interval": 0.1, "timeout": TIMEOUT, "failures": 3, "stall_s": 0.6,
+                                  "status": str(status), "launches": launches}))  # fmt: skip
+    proc = subprocess.Popen([sys.executable, str(WATCHDOG), "--config", str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        wait_for(lambda: len(systemd.calls("vllm-fleet-stuck.service")) >= 2, timeout=10, what="the stuck restart")
+        servers["stuck"].metrics = _vllm_metrics(0, 0, 0)  # restarted: nothing in flight
+        time.sleep(1.5)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert systemd.calls("vllm-fleet-stuck.service") == ["kill --signal=SIGKILL vllm-fleet-stuck.service",
+                                                         "restart vllm-fleet-stuck.service"]  # fmt: skip
+    assert systemd.calls("vllm-fleet-idle.service") == []
+    assert "stuck: 1 request(s) running or waiting and no token generated for" in out, out
+    assert json.loads(status.read_text())["progress"]["stuck"]["stalls"] == 1

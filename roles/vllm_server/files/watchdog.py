@@ -6,14 +6,20 @@ serving launch's /health every interval; after ``failures`` failed checks in a r
 kills the launch and starts it again. A multi-node group follows its head: the group
 wrapper (group.py) of every member sees the head go and restarts its rank with it.
 
+A stuck engine answers /health all the same (vLLM's /health only asks whether the engine
+core died; vLLM issues #11996, #39863): with ``stall_s`` set, each check of a healthy launch
+also reads its /metrics, and a launch whose requests run or wait while no token has been
+generated for ``stall_s`` seconds is restarted too, with the reason in the journal.
+
 A launch is watched only once it answered after its (re)start: vLLM loads and profiles
 for minutes first, which the role's start-up wait covers. A launch that is not running
 (stopped by the operator or the role) is left alone. Stdlib only.
 
     watchdog.py --config watchdog.json
 
-watchdog.json: {"interval": S, "timeout": S, "failures": N, "status": PATH,
-                "launches": [{"name": N, "url": URL, "runtime": "systemd"|"container", "unit": UNIT}]}
+watchdog.json: {"interval": S, "timeout": S, "failures": N, "stall_s": S (0: off), "status": PATH,
+                "launches": [{"name": N, "url": URL, "metrics_url": URL,
+                              "runtime": "systemd"|"container", "unit": UNIT}]}
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +51,42 @@ def healthy(url: str, timeout: float) -> bool:
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         # HTTPException: something on the port that is not HTTP (BadStatusLine is no OSError).
         return False
+
+
+# vLLM's scheduler gauges and its generated-token counter (vllm/v1/metrics/loggers.py), summed
+# over their labels (one sample per engine).
+_BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+_TOKENS = "vllm:generation_tokens_total"
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(\s+\S+)?$")
+
+
+def progress(text: str) -> tuple[float, float] | None:
+    """(requests running or waiting, tokens generated so far) from a /metrics page; None when
+    the page has no token counter (not vLLM, or not yet)."""
+    busy, tokens, seen = 0.0, 0.0, False
+    for line in text.splitlines():
+        found = _SAMPLE.match(line.strip())
+        if not found or line.startswith("#"):
+            continue
+        name, value = found.group(1), found.group(3)
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if name in _BUSY:
+            busy += number
+        elif name == _TOKENS:
+            tokens += number
+            seen = True
+    return (busy, tokens) if seen else None
+
+
+def read_progress(url: str, timeout: float) -> tuple[float, float] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return progress(resp.read(4 << 20).decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
+        return None
 
 
 def _out(argv: list[str]) -> str:
@@ -117,6 +160,28 @@ def restart(launch: dict[str, Any]) -> None:
     _out(["systemctl", "restart", launch["unit"]])
 
 
+def stalled(launch: dict[str, Any], seen: dict[str, Any], stall_s: float, timeout: float) -> bool:
+    """Whether ``launch`` (healthy) has had requests running or waiting and generated no token
+    for ``stall_s`` seconds: a stuck engine. ``seen``: its token counter and since when it has
+    not moved (updated here); a page that cannot be read decides nothing."""
+    now = time.monotonic()
+    found = read_progress(str(launch["metrics_url"]), timeout)
+    if found is None:
+        return False
+    busy, tokens = found
+    if busy <= 0 or tokens != seen["tokens"] or seen["since"] is None:
+        seen.update(tokens=tokens, since=now)
+        return False
+    if now - float(seen["since"]) < stall_s:
+        return False
+    say(
+        f"{launch['name']}: {busy:g} request(s) running or waiting and no token generated for "
+        f"{now - float(seen['since']):.0f} s while /health answers: the engine is stuck; killing and restarting it"
+    )
+    seen.update(tokens=None, since=None, stalls=int(seen["stalls"]) + 1)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--config", type=Path, required=True)
@@ -124,9 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads(args.config.read_text())
     interval, timeout = float(config.get("interval", 2)), float(config.get("timeout", 3))
     failures = int(config.get("failures", 3))
+    stall_s = float(config.get("stall_s", 0))
     status_path = Path(config["status"]) if config.get("status") else None
     launches: list[dict[str, Any]] = list(config["launches"])
     state = {launch["name"]: {"gen": None, "watched": False, "fails": 0, "restarts": 0} for launch in launches}
+    # Per launch: the token counter last seen, when it last moved (or nothing was asked), and
+    # the restarts for a stall (in the status file beside ``state``).
+    moving: dict[str, dict[str, Any]] = {n: {"tokens": None, "since": None, "stalls": 0} for n in state}
     stop = False
 
     def _stop(_sig: int, _frame: object) -> None:
@@ -149,7 +218,15 @@ def main(argv: list[str] | None = None) -> int:
             if healthy(launch["url"], timeout):
                 if not st["watched"]:
                     say(f"{launch['name']}: answers /health; watching it")
+                    moving[launch["name"]].update(tokens=None, since=None)
                 st.update(watched=True, fails=0)
+                if (
+                    stall_s > 0
+                    and launch.get("metrics_url")
+                    and stalled(launch, moving[launch["name"]], stall_s, timeout)
+                ):
+                    restart(launch)
+                    st.update(gen=generation(launch), watched=False, fails=0, restarts=st["restarts"] + 1)
                 continue
             if not st["watched"]:
                 continue
@@ -163,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                 st.update(gen=generation(launch), watched=False, fails=0, restarts=st["restarts"] + 1)
         if status_path is not None:
             tmp = status_path.with_name(f".{status_path.name}.tmp")
-            tmp.write_text(json.dumps({"updated": time.time(), "launches": state}, sort_keys=True) + "\n")
+            tmp.write_text(
+                json.dumps({"updated": time.time(), "launches": state, "progress": moving}, sort_keys=True) + "\n"
+            )
             os.replace(tmp, status_path)
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
     return 0
