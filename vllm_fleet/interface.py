@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_fleet import deploy
 from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
 from vllm_fleet.errors import PlanError
@@ -358,6 +359,7 @@ class _Ports:
     low: int
     high: int
     default: bool  # the variable is at its default (a collision blames the other one)
+    fixed: bool = False  # no variable moves it (the other one is blamed)
 
     def overlaps(self, other: _Ports) -> bool:
         return self.low <= other.high and other.low <= self.high
@@ -424,8 +426,6 @@ def node_ports(
     (DP) and the group wrapper's presence port (master_port + 1); the gateway where nginx
     runs, with the vllm-routers' ports behind it; Ray's ports and worker range where the node
     is in a Ray cluster."""
-    from vllm_fleet import deploy
-
     heads = [i for i in plan.get("instances") or [] if i.get("head_node") == name]
     out: list[_Ports] = []
     first = int(settings.get("port") or 8000)
@@ -452,6 +452,36 @@ def node_ports(
             out += _router_ports(name, role, max(1, len(gateway["routes"])))
     if deploy.runs_ray(dict(plan), name, dict(settings)):
         out += _ray_ports(name, role)
+    out += _monitoring_ports(plan, name, settings, gateway)
+    return out
+
+
+def _monitoring_ports(
+    plan: Mapping[str, Any], name: str, settings: Mapping[str, Any], gateway: Mapping[str, Any]
+) -> list[_Ports]:
+    """What monitoring listens on at ``name`` (vllm_fleet/deploy.py monitoring_of): the node
+    exporter where vLLM runs and on the monitoring host; Prometheus and the nginx exporter on
+    the monitoring host; DCGM on GPU nodes of the container runtime."""
+    mon = deploy.monitoring_of(dict(plan), dict(settings), dict(gateway), {}, {"metrics_export_port": 0})
+    if not mon["enabled"]:
+        return []
+    serving = any(name in (i.get("nodes") or []) for i in plan.get("instances") or [])
+    out: list[_Ports] = []
+    exporter = int(mon["node_exporter_port"])
+    if serving or mon["host"] == name:
+        out.append(_Ports(PREFIX + "node_exporter_port", f"{PREFIX}node_exporter_port (node exporter)", exporter,
+                          exporter, exporter == 9100))  # fmt: skip
+    if mon["host"] == name:
+        prom = int(mon["port"])
+        out.append(
+            _Ports(PREFIX + "monitoring_port", f"{PREFIX}monitoring_port (Prometheus)", prom, prom, prom == 9090)
+        )
+        if gateway["enabled"]:
+            nginx = deploy.NGINX_EXPORTER_PORT
+            out.append(_Ports("the nginx exporter", "the nginx exporter", nginx, nginx, True, fixed=True))
+    gpu = any(name in (i.get("nodes") or []) and i.get("device") != "cpu" for i in plan.get("instances") or [])
+    if gpu and str(settings.get("runtime") or "container") == "container":
+        out.append(_Ports("DCGM's exporter", "DCGM's exporter", deploy.DCGM_PORT, deploy.DCGM_PORT, True, fixed=True))
     return out
 
 
@@ -472,8 +502,8 @@ def _check_ports(name: str, ports: list[_Ports]) -> None:
         for b in ports[i + 1 :]:
             if a.field == b.field or not a.overlaps(b):
                 continue
-            # Blame the one the inventory moved (the other sits at its default).
-            blame, other = (b, a) if a.default and not b.default else (a, b)
+            # Blame the one the inventory moved (the other sits at its default), never a fixed one.
+            blame, other = (b, a) if (a.fixed or (a.default and not b.default)) and not b.fixed else (a, b)
             free = _free_start(blame, [p for p in ports if p.field != blame.field])
             target = f"set {blame.field} to {free}" if free is not None else f"move {blame.field}"
             raise PlanError(

@@ -103,6 +103,26 @@ CASES = [
         "vllm_fleet_address: n1 and n2 are one machine (127.0.0.1)",
         id="duplicate-address",
     ),
+    # Ports of different components on one host (a class: monitoring's against serving's).
+    pytest.param(
+        _two(),
+        {"vllm_fleet_node_exporter_port": 8000},
+        "vllm_fleet_node_exporter_port: vllm_fleet_node_exporter_port (node exporter) 8000 overlaps vllm_fleet_port",
+        id="exporter-on-the-vllm-port",
+    ),
+    pytest.param(
+        _two(),
+        {"vllm_fleet_monitoring_port": 8080},
+        "vllm_fleet_monitoring_port: vllm_fleet_monitoring_port (Prometheus) 8080 overlaps vllm_fleet_gateway_port "
+        "(nginx) 8080 on n1",
+        id="prometheus-on-the-gateway-port",
+    ),
+    pytest.param(
+        _two(),
+        {"vllm_fleet_port": 9113},
+        "vllm_fleet_port: vllm_fleet_port (the API port of 1 instance) 9113 overlaps the nginx exporter 9113 on n1",
+        id="vllm-on-the-nginx-exporter-port",
+    ),
     # Hosts the plan names but the inventory lacks (a class: every host field).
     pytest.param(
         {"n1": {}},
