@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import yaml
 
 from tests.conftest import ROOT, failures, run_site
 from tests.hosts.common import SSH_OPTIONS
+from tests.hosts.nodes import ssh_argv
+from tests.integration.test_secrets_verbose import leaks, vault_file
 from tests.system.conftest import Hosts
 
 TINY_MODEL = ROOT / "inventories/local/files/tiny-llama"
@@ -57,9 +60,20 @@ def _inventory(
     return path
 
 
-def _site(inventory: Path, artifacts: Path) -> subprocess.CompletedProcess[str]:
+def _site(inventory: Path, artifacts: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     # Logical L4s: plan, prepare and Ray for real; vLLM itself is served on the CPU in test_serve_on_hosts.py.
-    return run_site(inventory, artifacts, "--tags", "facts,preflight,plan,prepare,cluster")
+    return run_site(inventory, artifacts, "--tags", "facts,preflight,plan,prepare,cluster", *extra)
+
+
+# On a test host: which world-readable files the roles write (and the journal) hold one of the
+# patterns on stdin (kept in a 0600 temporary file, never in argv).
+SCAN = (
+    "pat=$(mktemp); cat > $pat; "
+    "find /etc/vllm-fleet /var/lib/vllm-fleet /opt/vllm-fleet /etc/systemd/system /etc/nginx /tmp /var/log "
+    "-xdev -type f -perm -o=r -size -8M -not -path '*/site-packages/*' -print0 2>/dev/null "
+    "| xargs -0 -r grep -l -F -f $pat; journalctl --no-pager -o cat | grep -q -F -f $pat && echo JOURNAL; "
+    "rm -f $pat; true"
+)
 
 
 def _recap(stdout: str) -> dict[str, dict[str, int]]:
@@ -70,9 +84,26 @@ def _recap(stdout: str) -> dict[str, dict[str, int]]:
 
 
 def test_site_plans_for_the_hosts_and_reaches_every_one(test_hosts: Hosts, tmp_path: Path) -> None:
+    """At -vvv, with the API key, the Hub token and the Ray token from an Ansible Vault file: no
+    secret in the output, the artifacts, a world-readable file on a host or its journal. (No
+    instance here uses Ray, so the token reaches no host: test_local_default runs a Ray head with
+    a Vault token at -vvv and scans this machine the same way.)"""
     inventory = _inventory(tmp_path / "hosts.yml", test_hosts)
-    result = _site(inventory, tmp_path / "artifacts")
+    values = {
+        "vllm_fleet_api_key": f"key-{secrets.token_hex(12)}",
+        "vllm_fleet_hf_token": f"hf_{secrets.token_hex(12)}",
+        "ray_cluster_auth_token": secrets.token_hex(32),
+    }
+    vault, password = vault_file(tmp_path / "secrets.yml", values)
+    result = _site(inventory, tmp_path / "artifacts", "-vvv", "-e", f"@{vault}", "--vault-password-file", str(password))
     assert result.returncode == 0, failures(result)
+    assert leaks(values, result.stdout + result.stderr, tmp_path / "artifacts") == []
+    assert "ESTABLISH SSH CONNECTION" in result.stdout  # -vvv reached the hosts
+    patterns = "".join(f"{v}\n" for v in values.values())
+    for node in test_hosts.nodes:
+        done = subprocess.run(ssh_argv(node.name, SCAN), input=patterns, capture_output=True, text=True, timeout=120,
+                              check=False)  # fmt: skip
+        assert done.returncode == 0 and done.stdout.strip() == "", f"{node.name} holds a secret in: {done.stdout}"
     recap = _recap(result.stdout)
     for node in test_hosts.nodes:
         assert recap[node.name]["unreachable"] == 0 and recap[node.name]["failed"] == 0
