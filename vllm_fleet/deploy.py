@@ -586,8 +586,18 @@ def _sources(
 
 
 def _address(plan: dict[str, Any], node: str, addresses: dict[str, str]) -> str:
-    by_name = {n["name"]: n.get("address") for n in plan.get("nodes") or []}
-    return str(by_name.get(node) or addresses.get(node) or node)
+    for n in plan.get("nodes") or []:
+        if n["name"] == node:
+            return str(n.get("address") or addresses.get(node) or node)
+    return str(addresses.get(node) or node)
+
+
+def _addresses(plan: dict[str, Any], addresses: dict[str, str]) -> dict[str, str]:
+    """Every plan node's address (the plan's, else ``addresses``, else its name), once: a lookup
+    per node over the plan's nodes was quadratic at fleet size."""
+    return {
+        str(n["name"]): str(n.get("address") or addresses.get(n["name"]) or n["name"]) for n in plan.get("nodes") or []
+    }
 
 
 # DCGM exporter's port (a container on GPU nodes); Prometheus and the exporters' defaults.
@@ -607,6 +617,7 @@ def monitoring_of(
     the monitoring host, reading the gateway's stub_status), the node exporters and, on GPU
     nodes with the container runtime, DCGM. ``vllm_fleet_monitoring: auto`` turns it on
     for a cluster of several instances behind the gateway."""
+    known = _addresses(plan, addresses)
     wish = str(settings.get("monitoring") or "auto")
     several = bool(plan["gateway"]["enabled"])  # the planner's own choice: several instances
     enabled = several and bool(gateway["enabled"]) if wish == "auto" else wish == "true"
@@ -619,7 +630,10 @@ def monitoring_of(
             {"target": str(i["endpoint"]), "labels": {"vllm_instance": i["name"], "model": instance_served_name(i)}}
             for i in plan["instances"]
         ],
-        "node": [{"target": f"{_address(plan, n, addresses)}:{exporter_port}", "labels": {"node": n}} for n in serving]
+        "node": [
+            {"target": f"{known.get(n) or _address(plan, n, addresses)}:{exporter_port}", "labels": {"node": n}}
+            for n in serving
+        ]
         + ([] if host in serving else [{"target": f"127.0.0.1:{exporter_port}", "labels": {"node": host}}]),
         "ray": [],
         "gateway": [],
@@ -629,7 +643,10 @@ def monitoring_of(
     if settings.get("ray") == "always":
         ray_nodes = serving
     targets["ray"] = [
-        {"target": f"{_address(plan, n, addresses)}:{int(ray_vars['metrics_export_port'])}", "labels": {"node": n}}
+        {
+            "target": f"{known.get(n) or _address(plan, n, addresses)}:{int(ray_vars['metrics_export_port'])}",
+            "labels": {"node": n},
+        }
         for n in ray_nodes
     ]
     if gateway["enabled"]:
@@ -638,7 +655,8 @@ def monitoring_of(
     gpu_nodes = sorted({n for i in plan["instances"] if i.get("device") != "cpu" for n in i["nodes"]})
     if runtime == "container":
         targets["dcgm"] = [
-            {"target": f"{_address(plan, n, addresses)}:{DCGM_PORT}", "labels": {"node": n}} for n in gpu_nodes
+            {"target": f"{known.get(n) or _address(plan, n, addresses)}:{DCGM_PORT}", "labels": {"node": n}}
+            for n in gpu_nodes
         ]
     # The gateway's own host reaches it on loopback, unless it listens on one address only.
     here = gateway_local_address(gateway)

@@ -418,7 +418,11 @@ def _plural(count: int, word: str) -> str:
 
 
 def node_ports(
-    plan: Mapping[str, Any], name: str, settings: Mapping[str, Any], role: Mapping[str, Any]
+    plan: Mapping[str, Any],
+    name: str,
+    settings: Mapping[str, Any],
+    role: Mapping[str, Any],
+    monitoring: Mapping[str, Any] | None = None,
 ) -> list[_Ports]:
     """The ports ``plan`` has ``name`` listen on, with the variable that moves each
     (vllm_fleet/deploy.py's record of the node): the API port of each instance headed here;
@@ -452,20 +456,34 @@ def node_ports(
             out += _router_ports(name, role, max(1, len(gateway["routes"])))
     if deploy.runs_ray(dict(plan), name, dict(settings)):
         out += _ray_ports(name, role)
-    out += _monitoring_ports(plan, name, settings, gateway)
+    if monitoring is None:
+        monitoring = _shared_monitoring(plan, settings)
+    out += _monitoring_ports(name, settings, gateway, monitoring)
     return out
 
 
+def _shared_monitoring(plan: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Monitoring's deployment-wide part for the port check, once: the monitoring plan and the
+    nodes that serve (and those with a GPU instance), so that each node's check is O(1)."""
+    gateway = deploy.gateway_of(dict(plan), dict(settings))
+    mon = deploy.monitoring_of(dict(plan), dict(settings), gateway, {}, {"metrics_export_port": 0})
+    instances = plan.get("instances") or []
+    return {
+        **mon,
+        "serving_nodes": {n for i in instances for n in i.get("nodes") or []},
+        "gpu_nodes": {n for i in instances if i.get("device") != "cpu" for n in i.get("nodes") or []},
+    }
+
+
 def _monitoring_ports(
-    plan: Mapping[str, Any], name: str, settings: Mapping[str, Any], gateway: Mapping[str, Any]
+    name: str, settings: Mapping[str, Any], gateway: Mapping[str, Any], mon: Mapping[str, Any]
 ) -> list[_Ports]:
-    """What monitoring listens on at ``name`` (vllm_fleet/deploy.py monitoring_of): the node
-    exporter where vLLM runs and on the monitoring host; Prometheus and the nginx exporter on
-    the monitoring host; DCGM on GPU nodes of the container runtime."""
-    mon = deploy.monitoring_of(dict(plan), dict(settings), dict(gateway), {}, {"metrics_export_port": 0})
+    """What monitoring listens on at ``name`` (``mon``: vllm_fleet/deploy.py monitoring_of): the
+    node exporter where vLLM runs and on the monitoring host; Prometheus and the nginx exporter
+    on the monitoring host; DCGM on GPU nodes of the container runtime."""
     if not mon["enabled"]:
         return []
-    serving = any(name in (i.get("nodes") or []) for i in plan.get("instances") or [])
+    serving = name in mon["serving_nodes"]
     out: list[_Ports] = []
     exporter = int(mon["node_exporter_port"])
     if serving or mon["host"] == name:
@@ -479,7 +497,7 @@ def _monitoring_ports(
         if gateway["enabled"]:
             nginx = deploy.NGINX_EXPORTER_PORT
             out.append(_Ports("the nginx exporter", "the nginx exporter", nginx, nginx, True, fixed=True))
-    gpu = any(name in (i.get("nodes") or []) and i.get("device") != "cpu" for i in plan.get("instances") or [])
+    gpu = name in mon["gpu_nodes"]
     if gpu and str(settings.get("runtime") or "container") == "container":
         out.append(_Ports("DCGM's exporter", "DCGM's exporter", deploy.DCGM_PORT, deploy.DCGM_PORT, True, fixed=True))
     return out
@@ -592,8 +610,11 @@ def check_plan_ports(
 ) -> None:
     """Two services on one port of a node, among the ports ``plan`` hands out there
     (:func:`node_ports`); one line naming the variable to move and a free value."""
+    # Monitoring is deployment-wide ("all" scope): worked out once, not once per node.
+    first = next(iter(per_node.values()), None)
+    monitoring = _shared_monitoring(plan, first) if first is not None else None
     for name, settings in per_node.items():
-        _check_ports(name, node_ports(plan, name, settings, (role_vars or {}).get(name) or {}))
+        _check_ports(name, node_ports(plan, name, settings, (role_vars or {}).get(name) or {}, monitoring))
 
 
 def unknown(names: Iterable[str]) -> list[str]:
