@@ -514,7 +514,7 @@ def _mapping(value: Any) -> dict[str, Any]:
 def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str, Any]) -> int:
     """``plan --diff``: plan with the deployment's settings (saved in preview.json) changed by
     the options given, and compare each node's new record with what the nodes run."""
-    from vllm_fleet import deploy, interface, preview
+    from vllm_fleet import deploy, deployment, interface, preview
     from vllm_fleet.strategy import Wishes, plan_cluster
 
     raw = _read_applied(args.diff)
@@ -557,7 +557,7 @@ def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str
         ) from exc
     first = _mapping(saved_nodes.get(next(iter(records), "")))
     shared = dict(first.get("settings") or interface.resolve({"vllm_fleet_model": args.model}))
-    gateway = deploy.gateway_of(result, shared) if records else None
+    gateway = deployment.gateway_of(result, shared) if records else None
     found = preview.diff(applied, preview.planned_state(parts, records, gateway))
     print(json.dumps(found.to_dict(), indent=2) if args.json else preview.render(found))
     return 0

@@ -1,7 +1,9 @@
 """The plan's last output: one deployment record per node.
 
-``node_record(plan, node, settings, context)`` says everything ``node`` needs,
-so that playbooks compute it once and hand its parts to roles:
+``records_of(plan, settings, contexts)`` gives every node's record at once, on the controller
+(the deployment-wide parts, vllm_fleet/deployment.py, computed once for all of them);
+``node_record(plan, node, settings, context)`` gives one. A record says everything ``node``
+needs, so that playbooks hand its parts to roles and decide nothing:
 
 * ``runtime`` (container or systemd) and the vLLM release, package and image;
 * ``instances``: for each instance with a stage here, its executor (``mp``,
@@ -16,14 +18,15 @@ so that playbooks compute it once and hand its parts to roles:
   NCCL variables every launch and the Ray processes get, and the container settings
   (IPC_LOCK, /dev/infiniband, unlimited memlock) where there are devices;
 * ``served_model_name``, ``firewall_sources`` and ``paths`` (where the roles record
-  what they started, which the preview reads back: vllm_fleet/preview.py).
+  what they started, which the preview reads back: vllm_fleet/preview.py);
+* ``model_cache``: how the prepare phase puts the model on the node (copied from the
+  controller, or fetched from the Hub) and where, or None.
 
 Pure Python, no Ansible import: unit tests pin the records of real plans.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from pathlib import Path
 from typing import Any
@@ -31,11 +34,20 @@ from typing import Any
 import yaml
 
 from vllm_fleet import rdma, serve
+from vllm_fleet.deployment import (
+    DCGM_PORT,
+    RAY_KEYS,
+    ROLES,
+    address_of,
+    addresses_of,
+    gateway_of,
+    monitoring_of,
+    overlay,
+    rolling_of,
+    served_name,
+)
 from vllm_fleet.errors import PlanError
 
-ROLES = Path(__file__).resolve().parents[1] / "roles"
-# The roles' own defaults for what the record needs of them (one place: the role).
-_RAY_KEYS = ("gcs_port", "config_dir", "auth", "version", "name", "venv", "volumes", "metrics_export_port")
 _SERVER_KEYS = ("venv", "state_dir", "config_dir")
 SESSION_DIR = "/var/lib/vllm-fleet/ray-session"
 # Serving options the launches take from the settings (vllm_fleet/serve.py ServeOptions).
@@ -44,19 +56,50 @@ _SERVE_KEYS = (
     "tool_call_parser", "reasoning_parser", "extra_args", "extra_env",
 )  # fmt: skip
 BUILT_MODELS = "/var/lib/vllm-fleet/models"
-LOOPBACK = "127.0.0.1"
-ANY_ADDRESS = "0.0.0.0"  # only with an API key, or as the operator's explicit choice
+# model_cache's folder for a model it puts on the nodes (its model_cache_dir, when the
+# inventory does not set one): /srv/models/<ORG/NAME> or /srv/models/<controller folder name>.
+MODEL_CACHE_ROOT = "/srv/models"
+# Every role variable a record reads (the preview keeps these, and no other, for --diff).
+RECORD_ROLE_VARS = (
+    *(f"ray_cluster_{k}" for k in (*RAY_KEYS, "node_ip", "interface", "num_gpus")),
+    *(f"vllm_server_{k}" for k in _SERVER_KEYS),
+    "llm_gateway_config_dir", "llm_gateway_state_dir", "model_cache_dir",
+)  # fmt: skip
+
+
+def model_fetch(settings: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+    """How the prepare phase puts the model on the node (the model_cache role's inputs), or
+    None: a model folder the controller holds is copied (``controller``), a Hub name
+    (ORG/NAME) is fetched at one commit (``huggingface``); into the inventory's
+    ``model_cache_dir``, else ``/srv/models/<name>``. None where nothing is put there: the
+    model is built on the node (build_model), already there (model_path), the prepare phase
+    leaves it alone (prepare_model: false), or several models are served (each instance names
+    its own)."""
+    model = str(settings.get("model") or "").rstrip("/")
+    if not model or settings.get("build_model") or settings.get("prepare_model") is False:
+        return None
+    if settings.get("model_path"):
+        return None  # already on the nodes, where the inventory says
+    local = bool(context.get("model_is_dir"))
+    given = (context.get("role_vars") or {}).get("model_cache_dir")
+    return {
+        "method": "controller" if local else "huggingface",
+        "source": model if local else "",
+        "repo_id": "" if local else model,
+        "dir": str(given) if given else f"{MODEL_CACHE_ROOT}/{Path(model).name if local else model}",
+    }
 
 
 def model_path(settings: dict[str, Any], context: dict[str, Any]) -> str | None:
     """The model folder's path on the nodes: built there (build_model), put there by
-    the prepare phase (model_cache_path), stated (model_path), or the controller's
+    the prepare phase (:func:`model_fetch`), stated (model_path), or the controller's
     folder when the controller is the node; None leaves vLLM the Hub name."""
     model = str(settings.get("model") or "")
     if settings.get("build_model"):
         return str(settings.get("model_dir") or f"{BUILT_MODELS}/{Path(model.rstrip('/')).name}")
-    if context.get("model_cache_path"):
-        return str(context["model_cache_path"])
+    fetch = model_fetch(settings, context)
+    if fetch:
+        return str(fetch["dir"])
     if settings.get("model_path"):
         return str(settings["model_path"])
     if context.get("model_is_dir"):
@@ -105,22 +148,55 @@ def is_secret_role_var(name: str) -> bool:
     return name in SECRET_ROLE_VARS or bool(_SECRET_NAME.search(name))
 
 
-def _role_defaults(role: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
-    return {k: data[f"{role}_{k}"] for k in keys}
-
-
-def _overlay(role: str, keys: tuple[str, ...], given: dict[str, Any] | None) -> dict[str, Any]:
-    out = _role_defaults(role, keys)
-    for key in keys:
-        value = (given or {}).get(f"{role}_{key}")
-        if value not in (None, ""):
-            out[key] = value
-    return out
-
-
 def _instances_here(plan: dict[str, Any], node: str) -> list[dict[str, Any]]:
     return [i for i in plan["instances"] if node in i["nodes"]]
+
+
+def shared_of(
+    plan: dict[str, Any],
+    settings: dict[str, Any],
+    context: dict[str, Any] | None = None,
+    fabric: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What every node's record reads of the whole deployment, worked out once: the gateway,
+    monitoring, every node's address, the instances by node and (``fabric``: every node's
+    :func:`vllm_fleet.rdma.node_rdma`) the fabric. ``settings``: the deployment-wide values
+    (any node's); ``context``: ``addresses`` of hosts outside the plan, ``role_vars``."""
+    ctx = dict(context or {})
+    addresses = dict(ctx.get("addresses") or {})
+    gateway = gateway_of(plan, settings)
+    ray_vars = overlay("ray_cluster", RAY_KEYS, ctx.get("role_vars"))
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for inst in plan["instances"]:
+        for name in inst["nodes"]:
+            by_node.setdefault(str(name), []).append(inst)
+    return {
+        "gateway": gateway,
+        "monitoring": monitoring_of(plan, settings, gateway, addresses, ray_vars),
+        "rolling": rolling_of(plan, settings, gateway),
+        "addresses": {**addresses, **addresses_of(plan, addresses)},
+        "by_node": by_node,
+        "plan_nodes": {str(n["name"]): n for n in plan.get("nodes") or []},
+        "fabric": fabric,
+    }
+
+
+def records_of(
+    plan: dict[str, Any],
+    settings: dict[str, dict[str, Any]],
+    contexts: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Every node's record, computed once on the controller (playbooks/plan.yml): the parts the
+    whole deployment shares are worked out once (:func:`shared_of`, :func:`fabric_all`), so the
+    cost grows with the cluster, not with its square. ``settings`` and ``contexts`` by node;
+    every context shares one ``fabric`` (vllm_fleet_records)."""
+    names = list(settings)
+    if not names:
+        return {}
+    first = names[0]
+    fabric = fabric_all(settings, contexts[first].get("fabric"))
+    shared = shared_of(plan, settings[first], contexts[first], fabric)
+    return {name: node_record(plan, name, settings[name], contexts[name], shared) for name in names}
 
 
 def _part(inst: dict[str, Any], node: str) -> tuple[str, int]:
@@ -191,6 +267,7 @@ def node_record(
     node: str,
     settings: dict[str, Any],
     context: dict[str, Any] | None = None,
+    shared: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything ``node`` runs. ``settings``: the node's resolved ``vllm_fleet_*``
     values (:func:`vllm_fleet.interface.resolve`). ``context``: what only the hosts
@@ -198,10 +275,15 @@ def node_record(
     ports and settings, :func:`fabric_of`) and role variables the inventory sets
     (``ray_cluster_*``, ``vllm_server_*``)."""
     ctx = dict(context or {})
-    fabric = fabric_of(node, settings, ctx.get("fabric"))
-    ray_vars = _overlay("ray_cluster", _RAY_KEYS, ctx.get("role_vars"))
-    server_vars = _overlay("vllm_server", _SERVER_KEYS, ctx.get("role_vars"))
-    here = _instances_here(plan, node)
+    common = shared or shared_of(plan, settings, ctx)
+    given_fabric = common.get("fabric")
+    if given_fabric is not None and node in given_fabric:
+        fabric = given_fabric
+    else:
+        fabric = fabric_of(node, settings, ctx.get("fabric"))
+    ray_vars = overlay("ray_cluster", RAY_KEYS, ctx.get("role_vars"))
+    server_vars = overlay("vllm_server", _SERVER_KEYS, ctx.get("role_vars"))
+    here = list(common["by_node"].get(node) or [])
     cpu = any(i.get("device") == "cpu" for i in here) or str(settings.get("gpu") or "").lower() == "cpu"
     runtime = str(settings.get("runtime") or "container")
     version = str(settings.get("vllm_version") or plan.get("vllm_version"))
@@ -220,14 +302,22 @@ def node_record(
         # vLLM: one venv holds both, Ray at the cluster's exact version.
         extra_packages = [f"ray[default]=={ray['version']}"]
     if ray is not None:
-        shared = bool(ray["used_by"]) and runtime == "systemd"
-        ray["venv"] = server_vars["venv"] if shared else ray_vars["venv"]
-        ray["install"] = not shared  # the vLLM venv gets Ray with vLLM (vllm_server)
+        one_venv = bool(ray["used_by"]) and runtime == "systemd"
+        ray["venv"] = server_vars["venv"] if one_venv else ray_vars["venv"]
+        ray["install"] = not one_venv  # the vLLM venv gets Ray with vLLM (vllm_server)
         # Containers: vLLM runs beside the Ray head container and shares its IPC and
         # Ray session folder, so the driver attaches to the local raylet.
         session = [f"{SESSION_DIR}:/tmp/ray"] if runtime == "container" and ray["used_by"] else []
         ray["volumes"] = [*list(ray_vars["volumes"] or []), *session]
         env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": ray["token_path"]} if ray["auth"] else {}
+        # Where this node's Ray listens and what it offers: the inventory's ray_cluster_* values,
+        # else the node's address, interface and GPU count (stated, else detected: vllm_fleet_records).
+        given = dict(ctx.get("role_vars") or {})
+        host = dict(ctx.get("host") or {})
+        ray["node_ip"] = str(given.get("ray_cluster_node_ip") or host.get("address") or node)
+        ray["interface"] = str(given.get("ray_cluster_interface") or host.get("interface") or "")
+        gpus = given.get("ray_cluster_num_gpus")
+        ray["num_gpus"] = int(gpus if gpus not in (None, "") else host.get("gpu_count") or 0)
         if runtime == "container":
             ray["status_argv"], ray["status_env"] = ["docker", "exec", ray["name"], "ray", "status"], {}
         else:
@@ -285,9 +375,11 @@ def node_record(
             launch["volumes"] = []
             launch["ipc"] = ""
 
-    gateway = gateway_of(plan, settings)
-    addresses = dict(ctx.get("addresses") or {})
-    monitoring = monitoring_of(plan, settings, gateway, addresses, ray_vars)
+    fetch = None if several or not here else model_fetch(settings, ctx)
+    gateway = common["gateway"]
+    addresses = common["addresses"]
+    monitoring = common["monitoring"]
+    exporter_address = _address(plan, node, addresses)
     gateway_here = gateway["enabled"] and gateway["host"] == node
     upstreams = set(gateway["upstreams"])
     serving_here = any(launch.get("serves") for launch in launches)
@@ -342,11 +434,12 @@ def node_record(
             "here": monitoring["enabled"] and monitoring["host"] == node,
             "node_exporter": node_exporter,
             "node_exporter_listen": (
-                f"{_address(plan, node, addresses)}:{monitoring['node_exporter_port']}"
+                f"{exporter_address}:{monitoring['node_exporter_port']}"
                 if launches
                 else f"127.0.0.1:{monitoring['node_exporter_port']}"
             ),
             "dcgm": dcgm,
+            "dcgm_listen": f"{exporter_address}:{DCGM_PORT}",
         },
         # The node's watchdog (vllm_server): a serving launch whose /health stops answering
         # (alive but hung) is killed and restarted; a multi-node group follows its head.
@@ -356,13 +449,15 @@ def node_record(
             "failures": int(settings.get("watchdog_failures") or 3),
             "stall_s": int(120 if settings.get("watchdog_stall_s") is None else settings["watchdog_stall_s"]),
         },
-        "rolling": rolling_of(plan, settings, gateway),
+        "rolling": common["rolling"],
         # InfiniBand/RoCE (vllm_fleet/rdma.py): the devices, the node's NCCL variables (in every
         # launch's env and Ray's nccl_env; sockets for a group whose members differ: notes) and
         # what the containers get (IPC_LOCK, /dev/infiniband, memlock) only where there are devices.
         "rdma": {**fabric[node], "notes": notes},
         "served_model_name": served_name(plan, here),
         "model_path": path,
+        "model_cache": fetch,
+        "prepare": prepare_of(settings, runtime=runtime, cpu=cpu, fetch=fetch, several=several, built=bool(built)),
         # Config-only model folders to fill with random weights here (build_model): the node's
         # path and the controller folder its config.json comes from.
         "build_models": [{"path": p, "source": src} for p, src in sorted(built.items())],
@@ -372,8 +467,8 @@ def node_record(
             "vllm_state_dir": server_vars["state_dir"],
             "vllm_config_dir": server_vars["config_dir"],
             "ray_config_dir": ray_vars["config_dir"],
-            "gateway_config_dir": _overlay("llm_gateway", ("config_dir",), ctx.get("role_vars"))["config_dir"],
-            "gateway_state_dir": _overlay("llm_gateway", ("state_dir",), ctx.get("role_vars"))["state_dir"],
+            "gateway_config_dir": overlay("llm_gateway", ("config_dir",), ctx.get("role_vars"))["config_dir"],
+            "gateway_state_dir": overlay("llm_gateway", ("state_dir",), ctx.get("role_vars"))["state_dir"],
         },
         # Ports the members of a multi-node instance use between them (vLLM's master and
         # DP RPC ports, the group wrapper's presence port), next to each launch's API port.
@@ -395,10 +490,28 @@ def node_record(
 FABRIC_KEYS = ("rdma", "rdma_devices", "roce_gid_index")
 
 
+def fabric_all(settings: dict[str, dict[str, Any]], given: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """:func:`fabric_of` for every node at once (each node's RDMA worked out once, not once per
+    record). A node whose own settings cannot work raises here, naming it."""
+    given = dict(given or {})
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in given.items():
+        if name in settings:
+            continue
+        try:
+            out[name] = rdma.node_rdma(name, (entry or {}).get("infiniband"), dict(entry or {}))
+        except PlanError:
+            continue
+    for name, mine in settings.items():
+        own = {k: mine.get(k) for k in FABRIC_KEYS}
+        out[name] = rdma.node_rdma(name, (given.get(name) or {}).get("infiniband"), own)
+    return out
+
+
 def fabric_of(node: str, settings: dict[str, Any], given: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """:func:`vllm_fleet.rdma.node_rdma` of ``node`` and of every other node ``given`` knows:
     ``{name: {"infiniband": gpu_facts' ports or None, "rdma": ..., "rdma_devices": ...,
-    "roce_gid_index": ...}}`` (playbooks/tasks/node_record.yml, the vllm_fleet_fabric filter).
+    "roce_gid_index": ...}}`` (the vllm_fleet_fabric filter).
     ``node``'s own settings are ``settings``; a node absent from ``given`` has no facts. Another
     node whose settings cannot work is left out (its own record names the problem)."""
     given = dict(given or {})
@@ -413,6 +526,47 @@ def fabric_of(node: str, settings: dict[str, Any], given: dict[str, Any] | None)
     mine = {k: settings.get(k) for k in FABRIC_KEYS}
     out[node] = rdma.node_rdma(node, (given.get(node) or {}).get("infiniband"), mine)
     return out
+
+
+def prepare_of(
+    settings: dict[str, Any], *, runtime: str, cpu: bool, fetch: dict[str, Any] | None, several: bool, built: bool
+) -> dict[str, Any]:
+    """What the prepare phase installs on the node (playbooks/prepare.yml runs these roles and
+    decides nothing): the NVIDIA driver where it serves on NVIDIA GPUs, Docker, the container
+    toolkit (a CPU node's run says why it gets none) and the serving image for the container
+    runtime, the model files where :func:`model_fetch` puts them; each behind its
+    vllm_fleet_prepare_* switch. ``os_facts``: whether a role that reads the OS facts runs."""
+    container = runtime == "container"
+    driver = not cpu and bool(settings.get("prepare_driver", True))
+    docker = container and bool(settings.get("prepare_docker", True))
+    toolkit = container and bool(settings.get("prepare_toolkit", True))
+    image = container and bool(settings.get("prepare_image", True))
+    model = fetch is not None
+    if several:
+        source = "served from each model folder (vllm_fleet_models)"
+    elif built:
+        source = "built on the node with random weights (vllm_fleet_build_model)"
+    elif fetch is None:
+        source = "left as it is on the node (vllm_fleet_prepare_model: false)"
+    elif fetch["method"] == "controller":
+        source = f"copied from the controller to {fetch['dir']}"
+    else:
+        source = f"fetched from the Hub to {fetch['dir']}"
+    return {
+        "driver": driver,
+        "docker": docker,
+        "toolkit": toolkit,
+        "toolkit_skip_reason": "the plan gives this node no NVIDIA GPU (vllm_fleet_gpu: cpu)" if cpu else "",
+        "image": image,
+        "model": model,
+        # The roles that read OS facts: the driver, Docker, the toolkit on GPU nodes, the Hub fetch.
+        "os_facts": driver
+        or docker
+        or (toolkit and not cpu)
+        or (model and fetch is not None and fetch["method"] == "huggingface"),
+        "summary": f"{'CPU' if cpu else 'GPU'} node, "
+        f"{'containers' if container else 'Ray and vLLM on the host (systemd)'}; model {source}.",
+    }
 
 
 def _group(inst: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -445,131 +599,6 @@ def _wrapper(launch: dict[str, Any], state_dir: str) -> list[str]:
     ]  # fmt: skip
 
 
-def served_name(plan: dict[str, Any], here: list[dict[str, Any]] | None = None) -> str:
-    """The API name of ``here``'s first instance (else the plan's first)."""
-    return instance_served_name((here or plan["instances"])[0])
-
-
-def instance_served_name(inst: dict[str, Any]) -> str:
-    return str(inst.get("served_model_name") or inst["name"].rsplit("-", 1)[0])
-
-
-def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    """Whether nginx runs, where, on which port, in front of which upstreams, and who spreads
-    the requests over them (nginx itself, or a vllm-router per model behind it)."""
-    wish = str(settings.get("gateway") or "auto")
-    enabled = bool(plan["gateway"]["enabled"]) if wish == "auto" else wish == "true"
-    nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
-    balancer = str(settings.get("gateway_balancer") or "nginx")
-    policy = str(settings.get("gateway_router_policy") or "cache_aware")
-    keyed = bool(settings.get("api_key"))
-    # Loopback unless a key guards it: an open model endpoint on every interface is opt-in.
-    listen = str(settings.get("gateway_listen") or (ANY_ADDRESS if keyed else LOOPBACK))
-    return {
-        "enabled": enabled,
-        "host": settings.get("gateway_host") or nodes[0],
-        "port": int(settings.get("gateway_port") or 8080),
-        "listen": listen,
-        "api_key": keyed,
-        "upstreams": list(plan["gateway"]["upstreams"]),
-        # nginx's least_conn, or one vllm-router per model behind nginx with its policy.
-        "balancer": balancer,
-        "router_policy": policy,
-        "strategy": plan["gateway"].get("strategy", "least_conn") if balancer == "nginx" else f"vllm-router {policy}",
-        # Several models: each one's served name and upstreams; the gateway routes a request
-        # by the model its body names (empty: one model, every upstream serves it).
-        "routes": [dict(r) for r in plan["gateway"].get("routes") or []],
-    }
-
-
-DEPLOYMENT_FORMAT = 1
-
-
-def deployment_of(
-    plan: dict[str, Any], settings: dict[str, Any], context: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """What the whole deployment shares, computed once on the controller (node records hold
-    only each node's part): the gateway with its upstreams and routes, what verify probes and
-    from where, Prometheus's host and scrape targets, and how replicas restart. ``settings``:
-    the deployment-wide values (any node's); ``context``: ``addresses`` of hosts outside the
-    plan (the gateway and monitoring hosts) and ``role_vars`` (Ray's metrics port)."""
-    ctx = dict(context or {})
-    gateway = gateway_of(plan, settings)
-    ray_vars = _overlay("ray_cluster", _RAY_KEYS, ctx.get("role_vars"))
-    return {
-        "format": DEPLOYMENT_FORMAT,
-        "gateway": gateway,
-        "verify": verify_plan(plan, settings, gateway),
-        "monitoring": monitoring_of(plan, settings, gateway, dict(ctx.get("addresses") or {}), ray_vars),
-        "rolling": rolling_of(plan, settings, gateway),
-    }
-
-
-def gateway_local_address(gateway: dict[str, Any]) -> str:
-    """Where the gateway's own host reaches it: loopback, unless it listens on one other address."""
-    listen = ipaddress.ip_address(gateway["listen"])
-    return LOOPBACK if listen.is_loopback or listen.is_unspecified else str(listen)
-
-
-def gateway_checks(plan: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    """What the gateway's address means, checked at plan time: the warnings the plan prints
-    (an address beyond loopback with no API key; loopback only, reachable from this host
-    alone), and a refusal where a part of the plan would have to reach a gateway that only
-    listens on loopback (Prometheus's nginx exporter on another host)."""
-    gw = gateway_of(plan, settings)
-    if not gw["enabled"]:
-        return []
-    loopback = ipaddress.ip_address(gw["listen"]).is_loopback
-    if loopback:
-        monitoring = monitoring_of(plan, settings, gw, {}, {"metrics_export_port": 0})
-        if monitoring["enabled"] and monitoring["host"] != gw["host"]:
-            raise PlanError(
-                "vllm_fleet_monitoring_host",
-                f"is {monitoring['host']}, whose nginx exporter reads the gateway's counters over the network, "
-                f"but the gateway on {gw['host']} listens on {gw['listen']} only (no API key)",
-                "set vllm_fleet_api_key (Vault) or VLLM_API_KEY, or vllm_fleet_gateway_listen to an address of "
-                f"{gw['host']}, or leave vllm_fleet_monitoring_host unset (the gateway host)",
-            )
-        return [
-            f"the gateway listens on {gw['listen']}:{gw['port']} only (no API key): reachable from {gw['host']} "
-            "alone; set vllm_fleet_api_key (Vault) or VLLM_API_KEY to open it to clients with the key, or "
-            "vllm_fleet_gateway_listen to open it without one"
-        ]
-    if not gw["api_key"]:
-        return [
-            f"the gateway listens on {gw['listen']}:{gw['port']} WITHOUT an API key "
-            "(vllm_fleet_gateway_listen): anyone who reaches that address can use the model; set "
-            "vllm_fleet_api_key (Vault) or VLLM_API_KEY"
-        ]
-    return []
-
-
-def verify_plan(
-    plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Where verify sends its requests from (the gateway host, else the first node) and what it probes."""
-    gw = gateway or gateway_of(plan, settings)
-    targets = []
-    if gw["enabled"]:
-        # One probe through the gateway per model (several models: each by its name).
-        routes = gw["routes"] or [{"model": served_name(plan), "upstreams": gw["upstreams"]}]
-        for route in routes:
-            members = [i["name"] for i in plan["instances"] if str(i["endpoint"]) in route["upstreams"]]
-            targets.append(
-                {
-                    "endpoint": f"{gateway_local_address(gw)}:{gw['port']}",
-                    "via": "gateway",
-                    "name": "gateway" if len(routes) == 1 else f"gateway {route['model']}",
-                    "layout": f"{len(members)} instance(s), {gw['strategy']}",
-                    "model": route["model"],
-                    "instances": members,
-                }
-            )
-    targets += [serve.verify_target(i, instance_served_name(i)) for i in plan["instances"]]
-    nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
-    return {"from": gw["host"] if gw["enabled"] else nodes[0], "gateway": gw["enabled"], "targets": targets}
-
-
 def _sources(
     plan: dict[str, Any],
     here: list[dict[str, Any]],
@@ -586,126 +615,6 @@ def _sources(
 
 
 def _address(plan: dict[str, Any], node: str, addresses: dict[str, str]) -> str:
-    for n in plan.get("nodes") or []:
-        if n["name"] == node:
-            return str(n.get("address") or addresses.get(node) or node)
-    return str(addresses.get(node) or node)
-
-
-def _addresses(plan: dict[str, Any], addresses: dict[str, str]) -> dict[str, str]:
-    """Every plan node's address (the plan's, else ``addresses``, else its name), once: a lookup
-    per node over the plan's nodes was quadratic at fleet size."""
-    return {
-        str(n["name"]): str(n.get("address") or addresses.get(n["name"]) or n["name"]) for n in plan.get("nodes") or []
-    }
-
-
-# DCGM exporter's port (a container on GPU nodes); Prometheus and the exporters' defaults.
-DCGM_PORT = 9400
-NGINX_EXPORTER_PORT = 9113
-
-
-def monitoring_of(
-    plan: dict[str, Any],
-    settings: dict[str, Any],
-    gateway: dict[str, Any],
-    addresses: dict[str, str],
-    ray_vars: dict[str, Any],
-) -> dict[str, Any]:
-    """Whether Prometheus runs, where, and what it scrapes: every instance's /metrics (its
-    API port), Ray's metrics export port on every Ray node, the gateway (nginx exporter on
-    the monitoring host, reading the gateway's stub_status), the node exporters and, on GPU
-    nodes with the container runtime, DCGM. ``vllm_fleet_monitoring: auto`` turns it on
-    for a cluster of several instances behind the gateway."""
-    known = _addresses(plan, addresses)
-    wish = str(settings.get("monitoring") or "auto")
-    several = bool(plan["gateway"]["enabled"])  # the planner's own choice: several instances
-    enabled = several and bool(gateway["enabled"]) if wish == "auto" else wish == "true"
-    names = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
-    host = str(settings.get("monitoring_host") or (gateway["host"] if gateway["enabled"] else names[0]))
-    exporter_port = int(settings.get("node_exporter_port") or 9100)
-    serving = sorted({n for i in plan["instances"] for n in i["nodes"]})
-    targets: dict[str, list[dict[str, Any]]] = {
-        "vllm": [
-            {"target": str(i["endpoint"]), "labels": {"vllm_instance": i["name"], "model": instance_served_name(i)}}
-            for i in plan["instances"]
-        ],
-        "node": [
-            {"target": f"{known.get(n) or _address(plan, n, addresses)}:{exporter_port}", "labels": {"node": n}}
-            for n in serving
-        ]
-        + ([] if host in serving else [{"target": f"127.0.0.1:{exporter_port}", "labels": {"node": host}}]),
-        "ray": [],
-        "gateway": [],
-        "dcgm": [],
-    }
-    ray_nodes = sorted({n for i in plan["instances"] if i["executor"] == "ray" for n in i["nodes"]})
-    if settings.get("ray") == "always":
-        ray_nodes = serving
-    targets["ray"] = [
-        {
-            "target": f"{known.get(n) or _address(plan, n, addresses)}:{int(ray_vars['metrics_export_port'])}",
-            "labels": {"node": n},
-        }
-        for n in ray_nodes
-    ]
-    if gateway["enabled"]:
-        targets["gateway"] = [{"target": f"127.0.0.1:{NGINX_EXPORTER_PORT}", "labels": {"gateway": gateway["host"]}}]
-    runtime = str(settings.get("runtime") or "container")
-    gpu_nodes = sorted({n for i in plan["instances"] if i.get("device") != "cpu" for n in i["nodes"]})
-    if runtime == "container":
-        targets["dcgm"] = [
-            {"target": f"{known.get(n) or _address(plan, n, addresses)}:{DCGM_PORT}", "labels": {"node": n}}
-            for n in gpu_nodes
-        ]
-    # The gateway's own host reaches it on loopback, unless it listens on one address only.
-    here = gateway_local_address(gateway)
-    gw_address = here if gateway["host"] == host else _address(plan, gateway["host"], addresses)
-    # Who may read nginx's counters besides loopback: the exporter's source address.
-    allow = (
-        []
-        if not enabled or gw_address == LOOPBACK
-        else [here if gateway["host"] == host else _address(plan, host, addresses)]
-    )
-    return {
-        "enabled": enabled,
-        "host": host,
-        "port": int(settings.get("monitoring_port") or 9090),
-        "scrape_interval": int(settings.get("monitoring_scrape_interval") or 15),
-        "node_exporter_port": exporter_port,
-        "nginx_exporter_port": NGINX_EXPORTER_PORT,
-        # The gateway's stub_status, which nginx answers only to loopback and this address.
-        "gateway_status_url": f"http://{gw_address}:{gateway['port']}/vllm-fleet-nginx-status",
-        "gateway_status_allow": allow,
-        "source": _address(plan, host, addresses),
-        "targets": targets if enabled else {},
-    }
-
-
-def rolling_of(plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str, Any]) -> dict[str, Any]:
-    """How the serve phase restarts running replicas: a batch of nodes at a time, each
-    drained from the gateway first, when there is a gateway, at least two replicas and
-    every replica on one node (a multi-node group restarts as one unit, all its nodes at
-    once); otherwise every node at once."""
-    instances = plan["instances"]
-    single = all(len(i["nodes"]) == 1 for i in instances)
-    replicas = len(gateway["upstreams"])
-    # Several models: a drain must leave every model a replica that serves.
-    lone = [r["model"] for r in gateway["routes"] if len(r["upstreams"]) < 2]
-    if not gateway["enabled"]:
-        reason = "no gateway: nothing to drain, nodes restart at once"
-    elif lone:
-        reason = f"{', '.join(lone)} has one replica: nodes restart in place (no other serves it meanwhile)"
-        replicas = 1
-    elif replicas < 2:
-        reason = "one replica: it restarts in place (there is no other to serve meanwhile)"
-    elif not single:
-        reason = "a replica spans several nodes: its group restarts as one unit, all nodes at once"
-    else:
-        reason = f"{replicas} replicas: {int(settings.get('rolling_batch') or 1)} node(s) at a time, drained first"
-    return {
-        "enabled": gateway["enabled"] and replicas >= 2 and single,
-        "batch": int(settings.get("rolling_batch") or 1),
-        "drain_timeout": int(settings.get("drain_timeout") or 120),
-        "reason": reason,
-    }
+    """``node``'s address: from ``addresses`` (every plan node's, :func:`shared_of`), else
+    the plan's, else its name."""
+    return addresses.get(node) or address_of(plan, node, addresses)

@@ -16,6 +16,7 @@ Inputs (all optional strings):
   /sys/class/infiniband/*/ports/*/{rate,state,link_layer}
 * ``route``: ``ip -4 -o route get HEAD``; ``addresses``: ``ip -4 -o addr show``
 * ``shm``: ``df --block-size=1 --output=size /dev/shm``
+* ``cores``: ``nproc`` (the CPUs this node may use; vLLM's CPU build binds one core range per rank)
 * ``memlock``: ``ulimit -l`` (KiB or "unlimited")
 * ``secure_boot``: ``mokutil --sb-state`` output
 * ``runtimes``: names of container runtimes found (docker, podman, nvidia-ctk...)
@@ -242,6 +243,7 @@ def host_facts(raw: dict[str, Any]) -> dict[str, Any]:
     ib = parse_ib(str(raw.get("ib") or ""))
     shm_lines = str(raw.get("shm") or "").split()
     shm = int(shm_lines[-1]) if shm_lines and shm_lines[-1].isdigit() else None
+    cores = str(raw.get("cores") or "").strip()
     names = sorted({g["name"] for g in gpus})
     gpu_type = lookup_gpu(names[0]) if len(names) == 1 else None
     memory = min((g["memory_total_mib"] or 0.0) for g in gpus) / 1024 if gpus else None
@@ -267,6 +269,7 @@ def host_facts(raw: dict[str, Any]) -> dict[str, Any]:
         "nic_gbps": max(ib_active + up_speeds) if ib_active or up_speeds else None,
         "route_to_head": parse_route(str(raw.get("route") or ""), str(raw.get("addresses") or "")),
         "shm_bytes": shm,
+        "cpu_cores": int(cores) if cores.isdigit() and int(cores) > 0 else None,
         "memlock_bytes": parse_memlock(str(raw.get("memlock") or "")),
         "secure_boot": parse_secure_boot(str(raw.get("secure_boot") or "")),
         "container_runtimes": sorted(set(raw.get("runtimes") or [])),

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_fleet import deploy
+from vllm_fleet import deploy, deployment
 from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
 from vllm_fleet.errors import PlanError
@@ -448,7 +448,7 @@ def node_ports(
                           master + 1, master == 29501))  # fmt: skip
     if "dp" in executors:
         out.append(_Ports(PREFIX + "dp_rpc_port", f"{PREFIX}dp_rpc_port", rpc, rpc, rpc == 13345))
-    gateway = deploy.gateway_of(dict(plan), dict(settings))
+    gateway = deployment.gateway_of(dict(plan), dict(settings))
     if gateway["enabled"] and gateway["host"] == name:
         gw = int(gateway["port"])
         out.append(_Ports(PREFIX + "gateway_port", f"{PREFIX}gateway_port (nginx)", gw, gw, gw == 8080))
@@ -465,8 +465,8 @@ def node_ports(
 def _shared_monitoring(plan: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
     """Monitoring's deployment-wide part for the port check, once: the monitoring plan and the
     nodes that serve (and those with a GPU instance), so that each node's check is O(1)."""
-    gateway = deploy.gateway_of(dict(plan), dict(settings))
-    mon = deploy.monitoring_of(dict(plan), dict(settings), gateway, {}, {"metrics_export_port": 0})
+    gateway = deployment.gateway_of(dict(plan), dict(settings))
+    mon = deployment.monitoring_of(dict(plan), dict(settings), gateway, {}, {"metrics_export_port": 0})
     instances = plan.get("instances") or []
     return {
         **mon,
@@ -495,11 +495,13 @@ def _monitoring_ports(
             _Ports(PREFIX + "monitoring_port", f"{PREFIX}monitoring_port (Prometheus)", prom, prom, prom == 9090)
         )
         if gateway["enabled"]:
-            nginx = deploy.NGINX_EXPORTER_PORT
+            nginx = deployment.NGINX_EXPORTER_PORT
             out.append(_Ports("the nginx exporter", "the nginx exporter", nginx, nginx, True, fixed=True))
     gpu = name in mon["gpu_nodes"]
     if gpu and str(settings.get("runtime") or "container") == "container":
-        out.append(_Ports("DCGM's exporter", "DCGM's exporter", deploy.DCGM_PORT, deploy.DCGM_PORT, True, fixed=True))
+        out.append(
+            _Ports("DCGM's exporter", "DCGM's exporter", deployment.DCGM_PORT, deployment.DCGM_PORT, True, fixed=True)
+        )
     return out
 
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_fleet.deploy import RECORD_ROLE_VARS
 from vllm_fleet.errors import PlanError
 from vllm_fleet.table import format_table
 
@@ -41,11 +42,6 @@ MANAGED_SECRETS = ("VLLM_API_KEY", "HF_TOKEN")
 # A secret-like value whose digest was left out (artifacts): present, value unknown.
 REDACTED = "(secret)"
 ARROW = "\N{RIGHTWARDS ARROW}"
-# Role variables the deployment record reads (vllm_fleet/deploy.py); nothing else is kept.
-_ROLE_VARS = (
-    *(f"ray_cluster_{k}" for k in ("gcs_port", "config_dir", "auth", "version", "name", "venv", "volumes")),
-    *(f"vllm_server_{k}" for k in ("venv", "state_dir", "config_dir")),
-)
 _INTERRUPTS = ("restart", "stop")
 
 
@@ -218,7 +214,7 @@ def safe_inputs(settings: Mapping[str, Any], context: Mapping[str, Any]) -> dict
     kept = dict(settings)
     kept["extra_env"] = redact(kept.get("extra_env") or {})
     ctx = {k: v for k, v in context.items() if k != "role_vars"}
-    ctx["role_vars"] = {k: v for k, v in (context.get("role_vars") or {}).items() if k in _ROLE_VARS}
+    ctx["role_vars"] = {k: v for k, v in (context.get("role_vars") or {}).items() if k in RECORD_ROLE_VARS}
     return {"settings": kept, "context": ctx}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import deploy, doctor, interface, nccl, preview, serve
+from vllm_fleet import deploy, deployment, doctor, interface, nccl, preview, serve
 from vllm_fleet.allocate import allocate, combined_plan, wishes_from_data
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_inventory
@@ -167,36 +168,138 @@ _NO_GPU_STATED = (
 )
 
 
+def _given(host: Any, name: str) -> Any:
+    """The inventory's value of ``name`` on ``host`` (None when unset)."""
+    return host.get(name) if name in host else None
+
+
+def _node_values(host: Any) -> dict[str, Any]:
+    """A node's GPUs, NIC, interface, address and cores as the planner takes them: the
+    inventory's vllm_fleet_* value where it states one, else what gpu_facts detected there
+    (memory, NVLink and free memory only from GPUs actually seen: a host planned before its
+    driver is installed keeps the catalog's values for the GPU the inventory names)."""
+    found = host.get("gpu_facts_found") if "gpu_facts_found" in host else None
+    seen: dict[str, Any] = dict(found) if isinstance(found, dict) else {}
+    gpus = bool(seen.get("gpu_count"))
+    route = dict(seen.get("route_to_head") or {})
+    detected = {
+        "gpu": seen.get("gpu"),
+        "gpu_count": seen.get("gpu_count"),
+        "gpu_memory_gib": seen.get("gpu_memory_gib") if gpus else None,
+        "gpu_free_gib": seen.get("gpu_free_gib") if gpus else None,
+        "nvlink": seen.get("nvlink") if gpus else None,
+        "nic_gbps": seen.get("nic_gbps"),
+        "interface": route.get("interface"),
+        "address": route.get("address"),
+    }
+    out = {}
+    for key, value in detected.items():
+        given = _given(host, f"vllm_fleet_{key}")
+        out[key] = given if given is not None else value
+    out["cores"] = seen.get("cpu_cores")
+    out["detected"] = bool(seen)
+    return out
+
+
 def vllm_fleet_plan_nodes(hostvars: Any, nodes: list[str]) -> list[dict[str, Any]]:
-    """The planner's nodes from the inventory (and what gpu_facts filled in), in one pass: a
-    loop of set_fact cost 30 ms a node (4 s at 128 hosts). A node without GPUs is named, with
-    the fix. Unset values stay None: the planner's own defaults apply (cluster.py)."""
+    """The planner's nodes from the inventory and what gpu_facts detected (the inventory's
+    values win), in one pass: a loop of set_fact cost 30 ms a node (4 s at 128 hosts). A node
+    without GPUs is named, with the fix. Unset values stay None: the planner's own defaults
+    apply (cluster.py)."""
     out = []
     for name in nodes:
         host = hostvars[name]
-        gpu, count = host.get("vllm_fleet_gpu"), host.get("vllm_fleet_gpu_count")
+        values = _node_values(host)
+        gpu, count = values["gpu"], values["gpu_count"]
         try:
             usable = gpu is not None and count is not None and int(count) > 0
         except (TypeError, ValueError):
             usable = True  # the planner names a count that is not a number
         if not usable:
-            found = host.get("gpu_facts_found")
-            text = _NO_GPU_DETECTED if isinstance(found, dict) else _NO_GPU_STATED
-            raise AnsibleFilterError(text.format(name=name, found=(found or {}).get("gpu_count") if found else None))
+            text = _NO_GPU_DETECTED if values["detected"] else _NO_GPU_STATED
+            raise AnsibleFilterError(text.format(name=name, found=count if values["detected"] else None))
         out.append(
             {
                 "name": str(name),
                 "gpu": gpu,
                 "gpu_count": int(count) if str(count).strip().isdigit() else count,
-                "gpu_memory_gib": host.get("vllm_fleet_gpu_memory_gib"),
-                "gpu_free_gib": host.get("vllm_fleet_gpu_free_gib"),
-                "nvlink": host.get("vllm_fleet_nvlink"),
-                "nic_gbps": host.get("vllm_fleet_nic_gbps"),
-                "address": host.get("vllm_fleet_address") or host.get("ansible_host") or str(name),
-                "interface": host.get("vllm_fleet_interface"),
+                "gpu_memory_gib": values["gpu_memory_gib"],
+                "gpu_free_gib": values["gpu_free_gib"],
+                "nvlink": values["nvlink"],
+                "nic_gbps": values["nic_gbps"],
+                "address": values["address"] or _given(host, "ansible_host") or str(name),
+                "interface": values["interface"],
             }
         )
     return out
+
+
+def _contexts(settings: dict[str, Any], hostvars: Any, nodes: list[str]) -> dict[str, dict[str, Any]]:
+    """What each node's record reads beside the plan and its settings (vllm_fleet/deploy.py
+    node_record): the cores gpu_facts counted, whether the model is a folder on this
+    controller, the role variables the inventory sets, the addresses of the gateway and
+    monitoring hosts, the node's own address, interface and GPU count, and (one dict shared
+    by every node) the fabric: each node's InfiniBand/RoCE ports and RDMA settings."""
+    per_node = settings.get("nodes") or {}
+    fabric = vllm_fleet_fabric(settings, hostvars, nodes)
+    folders: dict[str, bool] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for name in nodes:
+        mine = per_node.get(name) or {}
+        model = str(mine.get("model") or "")
+        if model not in folders:
+            folders[model] = bool(model) and Path(model).is_dir()
+        host = hostvars[name]
+        values = _node_values(host)
+        addresses = {}
+        for other in (mine.get("gateway_host"), mine.get("monitoring_host")):
+            if other and other in hostvars:
+                addresses[str(other)] = str(_given(hostvars[other], "ansible_host") or other)
+        out[str(name)] = {
+            "detected_cores": values["cores"],
+            "model_is_dir": folders[model],
+            "role_vars": (settings.get("role_vars") or {}).get(name) or {},
+            "addresses": addresses,
+            "host": {
+                "address": values["address"] or _given(host, "ansible_host") or str(name),
+                "interface": values["interface"],
+                "gpu_count": values["gpu_count"],
+            },
+            "fabric": fabric,
+        }
+    return out
+
+
+def vllm_fleet_records(plan: dict[str, Any], settings: dict[str, Any], hostvars: Any) -> dict[str, Any]:
+    """Every node's deployment record (vllm_fleet/deploy.py records_of), once per run on the
+    controller, after gpu_facts: ``{node: record}``. Each node then holds its own record only
+    (playbooks/plan.yml). ``settings``: what vllm_fleet_settings returned."""
+    plan, settings = _plain(plan), _plain(settings)
+    nodes = list(settings.get("nodes") or {})
+    contexts = _plain(_contexts(settings, hostvars, nodes))
+    try:
+        return deploy.records_of(plan, {n: settings["nodes"][n] for n in nodes}, contexts)
+    except PlanError as err:
+        raise AnsibleFilterError(str(for_inventory(err))) from None
+
+
+def vllm_fleet_rolling_now(hostvars: Any, hosts: list[str], rolling: dict[str, Any]) -> dict[str, Any]:
+    """This run's serve batches (vllm_fleet/deployment.py rolling_now) from each host's
+    ``__vllm_server_applied`` (vllm_server's applied_check; a host that did not run it counts
+    as nothing to restart): ``{"serial", "nodes", "message"}``."""
+    applied: dict[str, Any] = {}
+    for name in hosts:
+        host = hostvars[name]
+        result = _plain(host.get("__vllm_server_applied")) if "__vllm_server_applied" in host else None
+        applied[str(name)] = result if isinstance(result, dict) and "current" in result else None
+    return deployment.rolling_now(_plain(rolling), applied)
+
+
+def vllm_fleet_contexts(settings: dict[str, Any], hostvars: Any) -> dict[str, Any]:
+    """What each node's record was computed with beside the plan and its settings (the
+    preview keeps it, without secrets, for ``vllm-fleet plan --diff``)."""
+    settings = _plain(settings)
+    return _plain(_contexts(settings, hostvars, list(settings.get("nodes") or {})))
 
 
 def vllm_fleet_check_ports(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
@@ -209,7 +312,7 @@ def vllm_fleet_check_ports(plan: dict[str, Any], settings: dict[str, Any]) -> di
     nodes = settings["nodes"]
     try:
         interface.check_plan_ports(plan, nodes, settings.get("role_vars") or {})
-        warnings = deploy.gateway_checks(plan, dict(nodes[next(iter(nodes))])) if nodes else []
+        warnings = deployment.gateway_checks(plan, dict(nodes[next(iter(nodes))])) if nodes else []
     except PlanError as err:
         raise AnsibleFilterError(f"vllm_fleet_check_ports: {for_inventory(err)}") from None
     if not warnings:
@@ -330,7 +433,7 @@ def vllm_fleet_deployment(plan: dict[str, Any], settings: dict[str, Any], hostva
             addresses[str(host)] = str(hostvars[host].get("ansible_host") or host)
     context = {"addresses": addresses, "role_vars": (settings.get("role_vars") or {}).get(first) or {}}
     try:
-        return deploy.deployment_of(plan, mine, context)
+        return deployment.deployment_of(plan, mine, context)
     except PlanError as err:
         raise AnsibleFilterError(str(for_inventory(err))) from None
 
@@ -407,11 +510,15 @@ class _Unreadable(Exception):
     """A variable whose value Ansible cannot produce."""
 
 
-def vllm_fleet_settings(hostvars: Any, nodes: list[str], api_key: bool = False) -> dict[str, Any]:
+def vllm_fleet_settings(
+    hostvars: Any, nodes: list[str], api_key: bool = False, playbook_dir: str = "playbooks"
+) -> dict[str, Any]:
     """Every node's declared ``vllm_fleet_*`` values, typed and with defaults:
-    ``{"nodes": {name: settings}, "warnings": [...]}``; one line naming the field on a bad value.
-    ``api_key``: whether the deployment has an API key from anywhere (Vault or $VLLM_API_KEY;
-    only the fact that it has one, never the value): the gateway's address follows it."""
+    ``{"nodes": {name: settings}, "warnings": [...], "artifacts": folder, ...}``; one line naming
+    the field on a bad value. ``api_key``: whether the deployment has an API key from anywhere
+    (Vault or $VLLM_API_KEY; only the fact that it has one, never the value): the gateway's
+    address follows it. ``artifacts``: vllm_fleet_artifacts_dir, else the checkout's artifacts/
+    (next to ``playbook_dir``)."""
     per_node: dict[str, dict[str, Any]] = {}
     role_vars: dict[str, dict[str, Any]] = {}
     hosts: dict[str, str | None] = {}
@@ -461,8 +568,10 @@ def vllm_fleet_settings(hostvars: Any, nodes: list[str], api_key: bool = False) 
             )
         if host not in nodes and host not in extra_hosts:
             extra_hosts.append(str(host))
+    given = per_node[first].get("artifacts_dir") if first else None
     return {
         "nodes": per_node,
+        "artifacts": str(given or os.path.normpath(os.path.join(str(playbook_dir), "..", "artifacts"))),
         "extra_hosts": extra_hosts,
         "role_vars": role_vars,
         "warnings": warnings,
@@ -492,6 +601,9 @@ class FilterModule:
             "vllm_fleet_check_ports": vllm_fleet_check_ports,
             "vllm_fleet_plan_nodes": vllm_fleet_plan_nodes,
             "vllm_fleet_node": vllm_fleet_node,
+            "vllm_fleet_records": vllm_fleet_records,
+            "vllm_fleet_contexts": vllm_fleet_contexts,
+            "vllm_fleet_rolling_now": vllm_fleet_rolling_now,
             "vllm_fleet_deployment": vllm_fleet_deployment,
             "vllm_fleet_fabric": vllm_fleet_fabric,
             "vllm_fleet_preview_node": vllm_fleet_preview_node,

@@ -3,7 +3,7 @@ Ansible on this machine only (local connections, no container engine): nodes who
 recorded gpu_facts list 4 active InfiniBand HCAs, and a node without RDMA devices.
 
 The path is the real one from the facts on: the first play's filters (settings, plan),
-playbooks/tasks/node_record.yml (the record, with every node's facts), serve.yml's own
+the records filter (every node's record, with every node's facts), serve.yml's own
 hand-over to vllm_server (read from serve.yml) and the role's tasks/container.yml in check
 mode, where a stand-in docker_container module writes down the arguments it is given;
 each launch's environment file rendered by the role's template (container and systemd
@@ -58,6 +58,10 @@ PLAY = """
       ansible.builtin.set_fact:
         vllm_fleet_plan: "{{ plan_nodes | vllm_fleet_plan(vllm_fleet_model, vllm_fleet_settings.wishes) }}"
 
+    - name: Every node's record, as playbooks/plan.yml computes them
+      ansible.builtin.set_fact:
+        vllm_fleet_records: "{{ vllm_fleet_plan | vllm_fleet_records(vllm_fleet_settings, hostvars) }}"
+
 - name: Each node's record, and what the roles give the container engine
   hosts: vllm_nodes
   gather_facts: false
@@ -65,12 +69,9 @@ PLAY = """
   vars:
     __vllm_server_mode: container  # what the role's tasks/mode.yml picks for the container runtime
   tasks:
-    - name: Share the plan
+    - name: Keep this node's record, as playbooks/plan.yml gives it
       ansible.builtin.set_fact:
-        vllm_fleet_plan: "{{ hostvars['localhost'].vllm_fleet_plan }}"
-
-    - name: Compute the record
-      ansible.builtin.include_tasks: "{{ root }}/playbooks/tasks/node_record.yml"
+        vllm_fleet_node: "{{ hostvars['localhost'].vllm_fleet_records[inventory_hostname] }}"
 
     - name: Start the launches as serve.yml hands them over
       ansible.builtin.include_role:
@@ -179,7 +180,8 @@ def _deploy(
     group = {
         "vllm_fleet_model": "Qwen/Qwen3-8B", "vllm_fleet_tensor_parallel_size": 8, "vllm_fleet_max_model_len": 8192,
         "vllm_fleet_ray": "always", "ray_cluster_image": "vllm-fleet/serving:test",
-        **({"vllm_fleet_model_path": model_path} if model_path else {}),
+        # No folder on the nodes: the prepare phase leaves the model to vLLM (which fetches the Hub name).
+        **({"vllm_fleet_model_path": model_path} if model_path else {"vllm_fleet_prepare_model": False}),
     }  # fmt: skip
     inventory = {
         "all": {

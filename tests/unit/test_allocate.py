@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES
-from vllm_fleet import cli, deploy, interface
+from vllm_fleet import cli, deploy, deployment, interface
 from vllm_fleet.allocate import (
     MAX_SHARED_UTILIZATION,
     Allocation,
@@ -306,7 +306,7 @@ def test_the_combined_plan_gives_each_node_its_own_models_launch_path_and_name()
         assert launch["argv"][launch["argv"].index("--served-model-name") + 1] == served
         assert rec["served_model_name"] == served
         assert rec["build_models"] == [{"path": path, "source": str(folder)}]
-    shared = deploy.deployment_of(plan, settings)
+    shared = deployment.deployment_of(plan, settings)
     gateway = shared["gateway"]
     assert (
         records["node1"]["gateway"]["enabled"]

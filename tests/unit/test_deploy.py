@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT
-from vllm_fleet import deploy, interface
+from tests.conftest import FIXTURES, ROOT
+from vllm_fleet import deploy, deployment, facts, interface
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import load_model
@@ -238,7 +238,7 @@ def test_gateway_on_its_own_host() -> None:
         "upstreams_here": ["10.77.0.11:8000"],
     }
     # The deployment's part, once: the whole gateway.
-    shared = deploy.deployment_of(plan, settings, context)
+    shared = deployment.deployment_of(plan, settings, context)
     assert shared["gateway"] == {
         "enabled": True,
         "host": "node3",
@@ -254,7 +254,7 @@ def test_gateway_on_its_own_host() -> None:
     # vllm-router instead: the deployment says so, and verify's gateway row names the policy.
     routed = _settings(model=str(TINY), gateway=True, gateway_host="node3", gateway_balancer="vllm-router",
                        gateway_router_policy="power_of_two")  # fmt: skip
-    record = deploy.deployment_of(plan, routed, context)
+    record = deployment.deployment_of(plan, routed, context)
     assert (record["gateway"]["balancer"], record["gateway"]["strategy"]) == ("vllm-router", "vllm-router power_of_two")
     assert record["verify"]["targets"][0]["layout"] == "2 instance(s), vllm-router power_of_two"
     assert shared["verify"]["from"] == "node3" and shared["verify"]["gateway"]
@@ -278,7 +278,7 @@ def test_day_two_parts_of_the_record() -> None:
     context = {"addresses": {"node3": "10.77.0.13"}}
     node1 = deploy.node_record(plan, "node1", settings, context)
     mon = node1["monitoring"]
-    shared = deploy.deployment_of(plan, settings, context)["monitoring"]
+    shared = deployment.deployment_of(plan, settings, context)["monitoring"]
     assert (mon["enabled"], mon["host"], mon["here"], shared["scrape_interval"]) == (True, "node3", False, 5)
     assert (mon["node_exporter"], mon["node_exporter_listen"], mon["dcgm"]) == (True, "10.77.0.11:9100", False)
     assert 9100 in node1["firewall_ports"]
@@ -323,8 +323,8 @@ def test_gateway_wish_and_verify_plan(
     settings = _settings(model=str(TINY), gateway=wish, gateway_port=8080)
     rec = deploy.node_record(plan, "node1", settings, {})
     assert (rec["gateway"]["enabled"], rec["gateway"]["here"]) == (enabled, enabled)
-    verify = deploy.verify_plan(plan, settings)
-    assert verify == deploy.deployment_of(plan, settings)["verify"]
+    verify = deployment.verify_plan(plan, settings)
+    assert verify == deployment.deployment_of(plan, settings)["verify"]
     assert (verify["from"], verify["gateway"]) == (verify_from, enabled)
     assert [t["endpoint"] for t in verify["targets"]] == targets
 
@@ -360,14 +360,16 @@ def test_a_newer_vllm_release_warns_and_pins_everything(
         Wishes(max_model_len=8192, vllm_version="0.33.0"),
     )
     assert any("vLLM 0.33.0 is newer than the newest accounting the planner knows" in w for w in plan["warnings"])
-    rec = deploy.node_record(plan, "gpu1", _settings(model="Qwen/Qwen3-8B", vllm_version="0.33.0", **settings), {})
+    given = _settings(model="Qwen/Qwen3-8B", vllm_version="0.33.0", prepare_model=False, **settings)
+    rec = deploy.node_record(plan, "gpu1", given, {})
     assert rec["cpu"] is False
     assert (rec["vllm"]["version"], rec["vllm"]["image"], rec["vllm"]["package"]) == (
         "0.33.0", expected_image, expected_package,
     )  # fmt: skip
     (launch,) = rec["launches"]
     assert launch["env"]["CUDA_VISIBLE_DEVICES"] == "0" and "VLLM_TARGET_DEVICE" not in launch["env"]
-    assert rec["ray"] is None and rec["model_path"] is None  # a Hub name: vLLM downloads it
+    # A Hub name the prepare phase leaves alone: vLLM downloads it.
+    assert rec["ray"] is None and rec["model_path"] is None and rec["model_cache"] is None
     assert launch["argv"][:3] == ["vllm", "serve", "Qwen/Qwen3-8B"]
 
 
@@ -376,13 +378,16 @@ def test_a_newer_vllm_release_warns_and_pins_everything(
     [
         ({"model": "files/tiny-llama/", "build_model": True}, {}, "/var/lib/vllm-fleet/models/tiny-llama"),
         ({"model": "files/tiny-llama", "build_model": True, "model_dir": "/srv/m"}, {}, "/srv/m"),
-        ({"model": "/local/m", "model_path": "/opt/m"}, {"model_cache_path": "/data/m"}, "/data/m"),
+        ({"model": "/local/m/"}, {"model_is_dir": True}, "/srv/models/m"),
+        ({"model": "/local/m"}, {"model_is_dir": True, "role_vars": {"model_cache_dir": "/data/m"}}, "/data/m"),
+        ({"model": "Qwen/Qwen3-8B"}, {"model_is_dir": False}, "/srv/models/Qwen/Qwen3-8B"),
         ({"model": "/local/m", "model_path": "/opt/m"}, {"model_is_dir": True}, "/opt/m"),
-        ({"model": "/local/m"}, {"model_is_dir": True}, "/local/m"),
-        ({"model": "Qwen/Qwen3-8B"}, {"model_is_dir": False, "model_cache_path": ""}, None),
+        ({"model": "/local/m", "prepare_model": False}, {"model_is_dir": True}, "/local/m"),
+        ({"model": "Qwen/Qwen3-8B", "prepare_model": False}, {"model_is_dir": False}, None),
     ],
-    ids=["built", "built-elsewhere", "prepared", "stated", "controller-folder", "hub-name"],
-)
+    ids=["built", "built-elsewhere", "copied", "copied-to-model-cache-dir", "fetched", "stated", "controller-folder",
+         "hub-name"],
+)  # fmt: skip
 def test_model_path(settings: dict[str, Any], context: dict[str, Any], expected: str | None) -> None:
     assert deploy.model_path(_settings(**settings), context) == expected
 
@@ -406,8 +411,9 @@ def test_through_the_filter_plugin(eight_layers: Path) -> None:
                "vllm_server_venv": "/srv/venv", "ansible_host": "10.0.0.1"},
         "n2": {"vllm_fleet_model": "Qwen/Qwen3-8B", "vllm_fleet_port": 9000, "vllm_fleet_gpu_count": "4"},
     }  # fmt: skip
-    got = filters["vllm_fleet_settings"](hostvars, ["n1", "n2"])
-    assert set(got) == {"nodes", "role_vars", "warnings", "wishes", "extra_hosts"}
+    got = filters["vllm_fleet_settings"](hostvars, ["n1", "n2"], False, "/opt/fleet/playbooks")
+    assert set(got) == {"nodes", "role_vars", "warnings", "wishes", "extra_hosts", "artifacts"}
+    assert got["artifacts"] == "/opt/fleet/artifacts"  # vllm_fleet_artifacts_dir unset: the checkout's
     assert (got["nodes"]["n1"]["port"], got["nodes"]["n1"]["runtime"], got["nodes"]["n2"]["gpu_count"]) == (
         9000, "systemd", 4,
     )  # fmt: skip
@@ -454,8 +460,8 @@ def test_the_gateway_listens_on_loopback_unless_a_key_guards_it(
 ) -> None:
     plan = _two_replicas()
     settings = _settings(model=str(TINY), **values)
-    assert deploy.gateway_of(plan, settings)["listen"] == listen
-    warnings = deploy.gateway_checks(plan, settings)
+    assert deployment.gateway_of(plan, settings)["listen"] == listen
+    warnings = deployment.gateway_checks(plan, settings)
     if warned is None:
         assert warnings == []
     else:
@@ -467,8 +473,8 @@ def test_a_loopback_gateway_watched_from_another_host_is_refused() -> None:
     plan = _two_replicas()
     settings = _settings(model=str(TINY), monitoring="true", monitoring_host="node2")
     with pytest.raises(PlanError, match=r"vllm_fleet_monitoring_host: is node2.*listens on 127.0.0.1 only"):
-        deploy.gateway_checks(plan, settings)
-    assert deploy.gateway_checks(plan, _settings(model=str(TINY), monitoring="true", monitoring_host="node2",
+        deployment.gateway_checks(plan, settings)
+    assert deployment.gateway_checks(plan, _settings(model=str(TINY), monitoring="true", monitoring_host="node2",
                                                  api_key="k")) == []  # fmt: skip
 
 
@@ -484,11 +490,11 @@ def test_a_gateway_on_one_address_is_reached_there_by_verify_and_its_exporter() 
     settings = _settings(model=str(TINY), gateway_host="node3", gateway_listen="10.77.0.13", api_key="k",
                          monitoring="true")  # fmt: skip
     context = {"addresses": {"node3": "10.77.0.13"}}
-    rec = deploy.deployment_of(plan, settings, context)
+    rec = deployment.deployment_of(plan, settings, context)
     assert rec["verify"]["targets"][0]["endpoint"] == "10.77.0.13:8080"
     assert rec["monitoring"]["gateway_status_url"] == "http://10.77.0.13:8080/vllm-fleet-nginx-status"
     assert rec["monitoring"]["gateway_status_allow"] == ["10.77.0.13"]
-    apart = deploy.deployment_of(plan, {**settings, "gateway_listen": None, "monitoring_host": "node1"}, context)
+    apart = deployment.deployment_of(plan, {**settings, "gateway_listen": None, "monitoring_host": "node1"}, context)
     assert apart["verify"]["targets"][0]["endpoint"] == "127.0.0.1:8080"
     assert apart["monitoring"]["gateway_status_url"] == "http://10.77.0.13:8080/vllm-fleet-nginx-status"
     assert apart["monitoring"]["gateway_status_allow"] == ["10.77.0.11"]
@@ -507,10 +513,38 @@ def test_a_node_record_stays_flat_from_10_to_1000_nodes() -> None:
         plan = plan_cluster(load_model(model), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=8192))
         last = nodes[-1]["name"]
         sizes[count] = len(json.dumps(deploy.node_record(plan, last, settings, {})))
-        shared = deploy.deployment_of(plan, settings, {})
+        shared = deployment.deployment_of(plan, settings, {})
         assert len(shared["gateway"]["upstreams"]) == len(plan["instances"]) >= count
         assert len(shared["monitoring"]["targets"]["vllm"]) == len(plan["instances"])
         gateway_host = deploy.node_record(plan, nodes[0]["name"], settings, {})
         assert gateway_host["gateway"]["here"]
         assert gateway_host["gateway"]["upstreams"] == shared["gateway"]["upstreams"]
     assert sizes[1000] <= 16 * 1024 and sizes[1000] <= sizes[10] * 1.05, sizes
+
+
+def test_every_record_at_once_equals_each_record_alone(eight_layers: Path) -> None:
+    """records_of (the plan phase: every node's record once, the shared parts worked out once)
+    gives each node exactly the record node_record gives it alone, Ray and RDMA included; the
+    node's own address, interface and GPU count reach Ray unless the inventory's ray_cluster_*
+    values say otherwise."""
+    plan = _pp2(eight_layers, "ray")
+    settings = {n["name"]: _settings(model=str(eight_layers), multinode_backend="ray", rdma="auto") for n in NODES}
+    ports = facts.host_facts({"ib": (FIXTURES / "facts" / "hgx-4ib.ib.txt").read_text()})["infiniband"]
+    fabric = {"node1": {"infiniband": ports, "rdma": "auto"}, "node2": {"infiniband": [], "rdma": "auto"}}
+    contexts = {
+        name: {
+            "fabric": fabric,
+            "detected_cores": 8,
+            "host": {"address": f"192.168.0.{i + 1}", "interface": "eth1", "gpu_count": 1},
+            "role_vars": {"ray_cluster_num_gpus": 4} if name == "node2" else {},
+        }
+        for i, name in enumerate(settings)
+    }
+    together = deploy.records_of(plan, settings, contexts)
+    assert list(together) == ["node1", "node2"]
+    for name in settings:
+        assert together[name] == deploy.node_record(plan, name, settings[name], contexts[name]), name
+    assert together["node1"]["rdma"]["notes"], "the group's members differ in RDMA: its NCCL runs on sockets"
+    for i, rec in enumerate(together.values(), start=1):
+        assert (rec["ray"]["node_ip"], rec["ray"]["interface"]) == (f"192.168.0.{i}", "eth1")
+        assert rec["ray"]["num_gpus"] == (4 if rec["node"] == "node2" else 1)

@@ -97,3 +97,56 @@ def test_the_api_key_from_anywhere_opens_the_gateway_and_only_its_presence_is_ke
     plugin = _plugin()
     assert plugin.vllm_fleet_settings(hostvars, ["n1"])["nodes"]["n1"]["api_key"] is False
     assert plugin.vllm_fleet_settings(hostvars, ["n1"], True)["nodes"]["n1"]["api_key"] is True
+
+
+def test_the_planners_nodes_take_the_inventory_first_then_what_gpu_facts_found() -> None:
+    """The merge of stated and detected values is the planner's (it was a set_fact per node in
+    plan.yml): the inventory wins, memory/NVLink/free memory only from GPUs actually seen, the
+    route's address and interface, and the cores counted there reach the record's context."""
+    filters = _plugin().FilterModule().filters()
+    found = {
+        "gpu": "H100-SXM", "gpu_count": 8, "gpu_memory_gib": 79.6, "gpu_free_gib": 79.1, "nvlink": True,
+        "nic_gbps": 400.0, "route_to_head": {"interface": "ib0", "address": "10.9.0.2"}, "cpu_cores": 96,
+        "infiniband": [],
+    }  # fmt: skip
+    hostvars = {
+        "a": {"gpu_facts_found": found, "vllm_fleet_nic_gbps": 100, "ansible_host": "192.168.1.2"},
+        "b": {"gpu_facts_found": {**found, "gpu": None, "gpu_count": 0}, "vllm_fleet_gpu": "L40S",
+              "vllm_fleet_gpu_count": 4, "ansible_host": "192.168.1.3"},
+        "c": {"vllm_fleet_gpu": "A100-80G", "vllm_fleet_gpu_count": 2},
+    }  # fmt: skip
+    a, b, c = filters["vllm_fleet_plan_nodes"](hostvars, ["a", "b", "c"])
+    assert (a["gpu"], a["gpu_count"], a["gpu_memory_gib"], a["nvlink"]) == ("H100-SXM", 8, 79.6, True)
+    assert a["nic_gbps"] == 100  # stated: wins over the 400 detected
+    assert (a["address"], a["interface"]) == ("10.9.0.2", "ib0")
+    # No GPU seen: the inventory's GPU with the catalog's memory, never the facts' memory.
+    assert (b["gpu"], b["gpu_count"], b["gpu_memory_gib"], b["nvlink"]) == ("L40S", 4, None, None)
+    # Not gathered (--tags plan): the inventory alone; the address falls back to the name.
+    assert (c["address"], c["interface"], c["nic_gbps"]) == ("c", None, None)
+    with pytest.raises(Exception, match="Host d reports no NVIDIA GPU"):
+        filters["vllm_fleet_plan_nodes"]({"d": {"gpu_facts_found": {**found, "gpu": None, "gpu_count": 0}}}, ["d"])
+
+    settings = filters["vllm_fleet_settings"](hostvars, ["a", "b", "c"])
+    contexts = filters["vllm_fleet_contexts"](settings, hostvars)
+    assert (contexts["a"]["detected_cores"], contexts["c"]["detected_cores"]) == (96, None)
+    assert contexts["a"]["host"] == {"address": "10.9.0.2", "interface": "ib0", "gpu_count": 8}
+    assert contexts["a"]["fabric"] == contexts["b"]["fabric"] and set(contexts["a"]["fabric"]) == {"a", "b", "c"}
+
+
+def test_the_serve_batches_follow_what_each_node_last_applied() -> None:
+    filters = _plugin().FilterModule().filters()
+    rolling = {"enabled": True, "batch": 1, "reason": "2 replicas: 1 node(s) at a time, drained first"}
+    stale = {"current": False, "reason": "launch vllm-0: argv changed"}
+    hostvars = {
+        "a": {"__vllm_server_applied": stale},
+        "b": {"__vllm_server_applied": {"current": True, "reason": ""}},
+        "c": {"__vllm_server_applied": {"current": False, "reason": "no record of an earlier run"}},
+        "d": {"__vllm_server_applied": {"skipped": True}},
+        "e": {},
+    }
+    got = filters["vllm_fleet_rolling_now"](hostvars, list(hostvars), rolling)
+    assert (got["serial"], got["nodes"]) == (1, ["a"]) and got["message"].startswith("Rolling restart of a: ")
+    first = filters["vllm_fleet_rolling_now"]({"c": hostvars["c"]}, ["c"], rolling)
+    assert (first["serial"], first["nodes"]) == ("100%", [])
+    off = filters["vllm_fleet_rolling_now"](hostvars, list(hostvars), {**rolling, "enabled": False})
+    assert (off["serial"], off["nodes"]) == ("100%", [])

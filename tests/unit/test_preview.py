@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from vllm_fleet import cli, deploy, interface, preview
+from vllm_fleet import cli, deploy, deployment, interface, preview
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import load_model
@@ -50,7 +50,7 @@ def _deploy(
     ctx = {"addresses": {"node3": ADDRESSES["node3"]}, **(context or {})}
     return Records(
         {n: deploy.node_record(plan, n, settings[n], ctx) for n in memory},
-        gateway=deploy.deployment_of(plan, first, ctx)["gateway"],
+        gateway=deployment.deployment_of(plan, first, ctx)["gateway"],
     )
 
 

@@ -1,0 +1,315 @@
+"""What the whole deployment shares, computed once on the controller.
+
+``deployment_of(plan, settings, context)``: the gateway with its upstreams and routes, what
+verify probes and from where, Prometheus's host and scrape targets, and how replicas restart.
+Each node's record (vllm_fleet/deploy.py) holds only its own part and takes these parts from
+here, so a record does not grow with the cluster. Also the roles' own defaults that records
+and the deployment read (one place: the role's defaults/main.yml).
+
+Pure Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_fleet import serve
+from vllm_fleet.errors import PlanError
+
+ROLES = Path(__file__).resolve().parents[1] / "roles"
+# The roles' own defaults for what the record needs of them (one place: the role).
+RAY_KEYS = ("gcs_port", "config_dir", "auth", "version", "name", "venv", "volumes", "metrics_export_port")
+LOOPBACK = "127.0.0.1"
+ANY_ADDRESS = "0.0.0.0"  # only with an API key, or as the operator's explicit choice
+
+
+def role_defaults(role: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
+    return {k: data[f"{role}_{k}"] for k in keys}
+
+
+def overlay(role: str, keys: tuple[str, ...], given: dict[str, Any] | None) -> dict[str, Any]:
+    out = role_defaults(role, keys)
+    for key in keys:
+        value = (given or {}).get(f"{role}_{key}")
+        if value not in (None, ""):
+            out[key] = value
+    return out
+
+
+def served_name(plan: dict[str, Any], here: list[dict[str, Any]] | None = None) -> str:
+    """The API name of ``here``'s first instance (else the plan's first)."""
+    return instance_served_name((here or plan["instances"])[0])
+
+
+def instance_served_name(inst: dict[str, Any]) -> str:
+    return str(inst.get("served_model_name") or inst["name"].rsplit("-", 1)[0])
+
+
+def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """Whether nginx runs, where, on which port, in front of which upstreams, and who spreads
+    the requests over them (nginx itself, or a vllm-router per model behind it)."""
+    wish = str(settings.get("gateway") or "auto")
+    enabled = bool(plan["gateway"]["enabled"]) if wish == "auto" else wish == "true"
+    nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
+    balancer = str(settings.get("gateway_balancer") or "nginx")
+    policy = str(settings.get("gateway_router_policy") or "cache_aware")
+    keyed = bool(settings.get("api_key"))
+    # Loopback unless a key guards it: an open model endpoint on every interface is opt-in.
+    listen = str(settings.get("gateway_listen") or (ANY_ADDRESS if keyed else LOOPBACK))
+    return {
+        "enabled": enabled,
+        "host": settings.get("gateway_host") or nodes[0],
+        "port": int(settings.get("gateway_port") or 8080),
+        "listen": listen,
+        "api_key": keyed,
+        "upstreams": list(plan["gateway"]["upstreams"]),
+        # nginx's least_conn, or one vllm-router per model behind nginx with its policy.
+        "balancer": balancer,
+        "router_policy": policy,
+        "strategy": plan["gateway"].get("strategy", "least_conn") if balancer == "nginx" else f"vllm-router {policy}",
+        # Several models: each one's served name and upstreams; the gateway routes a request
+        # by the model its body names (empty: one model, every upstream serves it).
+        "routes": [dict(r) for r in plan["gateway"].get("routes") or []],
+    }
+
+
+DEPLOYMENT_FORMAT = 1
+
+
+def deployment_of(
+    plan: dict[str, Any], settings: dict[str, Any], context: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What the whole deployment shares, computed once on the controller (node records hold
+    only each node's part): the gateway with its upstreams and routes, what verify probes and
+    from where, Prometheus's host and scrape targets, and how replicas restart. ``settings``:
+    the deployment-wide values (any node's); ``context``: ``addresses`` of hosts outside the
+    plan (the gateway and monitoring hosts) and ``role_vars`` (Ray's metrics port)."""
+    ctx = dict(context or {})
+    gateway = gateway_of(plan, settings)
+    ray_vars = overlay("ray_cluster", RAY_KEYS, ctx.get("role_vars"))
+    return {
+        "format": DEPLOYMENT_FORMAT,
+        "gateway": gateway,
+        "verify": verify_plan(plan, settings, gateway),
+        "monitoring": monitoring_of(plan, settings, gateway, dict(ctx.get("addresses") or {}), ray_vars),
+        "rolling": rolling_of(plan, settings, gateway),
+    }
+
+
+def gateway_local_address(gateway: dict[str, Any]) -> str:
+    """Where the gateway's own host reaches it: loopback, unless it listens on one other address."""
+    listen = ipaddress.ip_address(gateway["listen"])
+    return LOOPBACK if listen.is_loopback or listen.is_unspecified else str(listen)
+
+
+def gateway_checks(plan: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """What the gateway's address means, checked at plan time: the warnings the plan prints
+    (an address beyond loopback with no API key; loopback only, reachable from this host
+    alone), and a refusal where a part of the plan would have to reach a gateway that only
+    listens on loopback (Prometheus's nginx exporter on another host)."""
+    gw = gateway_of(plan, settings)
+    if not gw["enabled"]:
+        return []
+    loopback = ipaddress.ip_address(gw["listen"]).is_loopback
+    if loopback:
+        monitoring = monitoring_of(plan, settings, gw, {}, {"metrics_export_port": 0})
+        if monitoring["enabled"] and monitoring["host"] != gw["host"]:
+            raise PlanError(
+                "vllm_fleet_monitoring_host",
+                f"is {monitoring['host']}, whose nginx exporter reads the gateway's counters over the network, "
+                f"but the gateway on {gw['host']} listens on {gw['listen']} only (no API key)",
+                "set vllm_fleet_api_key (Vault) or VLLM_API_KEY, or vllm_fleet_gateway_listen to an address of "
+                f"{gw['host']}, or leave vllm_fleet_monitoring_host unset (the gateway host)",
+            )
+        return [
+            f"the gateway listens on {gw['listen']}:{gw['port']} only (no API key): reachable from {gw['host']} "
+            "alone; set vllm_fleet_api_key (Vault) or VLLM_API_KEY to open it to clients with the key, or "
+            "vllm_fleet_gateway_listen to open it without one"
+        ]
+    if not gw["api_key"]:
+        return [
+            f"the gateway listens on {gw['listen']}:{gw['port']} WITHOUT an API key "
+            "(vllm_fleet_gateway_listen): anyone who reaches that address can use the model; set "
+            "vllm_fleet_api_key (Vault) or VLLM_API_KEY"
+        ]
+    return []
+
+
+def verify_plan(
+    plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Where verify sends its requests from (the gateway host, else the first node) and what it probes."""
+    gw = gateway or gateway_of(plan, settings)
+    targets = []
+    if gw["enabled"]:
+        # One probe through the gateway per model (several models: each by its name).
+        routes = gw["routes"] or [{"model": served_name(plan), "upstreams": gw["upstreams"]}]
+        for route in routes:
+            members = [i["name"] for i in plan["instances"] if str(i["endpoint"]) in route["upstreams"]]
+            targets.append(
+                {
+                    "endpoint": f"{gateway_local_address(gw)}:{gw['port']}",
+                    "via": "gateway",
+                    "name": "gateway" if len(routes) == 1 else f"gateway {route['model']}",
+                    "layout": f"{len(members)} instance(s), {gw['strategy']}",
+                    "model": route["model"],
+                    "instances": members,
+                }
+            )
+    targets += [serve.verify_target(i, instance_served_name(i)) for i in plan["instances"]]
+    nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
+    return {"from": gw["host"] if gw["enabled"] else nodes[0], "gateway": gw["enabled"], "targets": targets}
+
+
+def address_of(plan: dict[str, Any], node: str, addresses: dict[str, str]) -> str:
+    for n in plan.get("nodes") or []:
+        if n["name"] == node:
+            return str(n.get("address") or addresses.get(node) or node)
+    return str(addresses.get(node) or node)
+
+
+def addresses_of(plan: dict[str, Any], addresses: dict[str, str]) -> dict[str, str]:
+    """Every plan node's address (the plan's, else ``addresses``, else its name), once: a lookup
+    per node over the plan's nodes was quadratic at fleet size."""
+    return {
+        str(n["name"]): str(n.get("address") or addresses.get(n["name"]) or n["name"]) for n in plan.get("nodes") or []
+    }
+
+
+DCGM_PORT = 9400
+NGINX_EXPORTER_PORT = 9113
+
+
+def monitoring_of(
+    plan: dict[str, Any],
+    settings: dict[str, Any],
+    gateway: dict[str, Any],
+    addresses: dict[str, str],
+    ray_vars: dict[str, Any],
+) -> dict[str, Any]:
+    """Whether Prometheus runs, where, and what it scrapes: every instance's /metrics (its
+    API port), Ray's metrics export port on every Ray node, the gateway (nginx exporter on
+    the monitoring host, reading the gateway's stub_status), the node exporters and, on GPU
+    nodes with the container runtime, DCGM. ``vllm_fleet_monitoring: auto`` turns it on
+    for a cluster of several instances behind the gateway."""
+    known = addresses_of(plan, addresses)
+    wish = str(settings.get("monitoring") or "auto")
+    several = bool(plan["gateway"]["enabled"])  # the planner's own choice: several instances
+    enabled = several and bool(gateway["enabled"]) if wish == "auto" else wish == "true"
+    names = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
+    host = str(settings.get("monitoring_host") or (gateway["host"] if gateway["enabled"] else names[0]))
+    exporter_port = int(settings.get("node_exporter_port") or 9100)
+    serving = sorted({n for i in plan["instances"] for n in i["nodes"]})
+    targets: dict[str, list[dict[str, Any]]] = {
+        "vllm": [
+            {"target": str(i["endpoint"]), "labels": {"vllm_instance": i["name"], "model": instance_served_name(i)}}
+            for i in plan["instances"]
+        ],
+        "node": [
+            {"target": f"{known.get(n) or address_of(plan, n, addresses)}:{exporter_port}", "labels": {"node": n}}
+            for n in serving
+        ]
+        + ([] if host in serving else [{"target": f"127.0.0.1:{exporter_port}", "labels": {"node": host}}]),
+        "ray": [],
+        "gateway": [],
+        "dcgm": [],
+    }
+    ray_nodes = sorted({n for i in plan["instances"] if i["executor"] == "ray" for n in i["nodes"]})
+    if settings.get("ray") == "always":
+        ray_nodes = serving
+    targets["ray"] = [
+        {
+            "target": f"{known.get(n) or address_of(plan, n, addresses)}:{int(ray_vars['metrics_export_port'])}",
+            "labels": {"node": n},
+        }
+        for n in ray_nodes
+    ]
+    if gateway["enabled"]:
+        targets["gateway"] = [{"target": f"127.0.0.1:{NGINX_EXPORTER_PORT}", "labels": {"gateway": gateway["host"]}}]
+    runtime = str(settings.get("runtime") or "container")
+    gpu_nodes = sorted({n for i in plan["instances"] if i.get("device") != "cpu" for n in i["nodes"]})
+    if runtime == "container":
+        targets["dcgm"] = [
+            {"target": f"{known.get(n) or address_of(plan, n, addresses)}:{DCGM_PORT}", "labels": {"node": n}}
+            for n in gpu_nodes
+        ]
+    # The gateway's own host reaches it on loopback, unless it listens on one address only.
+    here = gateway_local_address(gateway)
+    gw_address = here if gateway["host"] == host else address_of(plan, gateway["host"], addresses)
+    # Who may read nginx's counters besides loopback: the exporter's source address.
+    allow = (
+        []
+        if not enabled or gw_address == LOOPBACK
+        else [here if gateway["host"] == host else address_of(plan, host, addresses)]
+    )
+    return {
+        "enabled": enabled,
+        "host": host,
+        "port": int(settings.get("monitoring_port") or 9090),
+        "scrape_interval": int(settings.get("monitoring_scrape_interval") or 15),
+        "node_exporter_port": exporter_port,
+        "nginx_exporter_port": NGINX_EXPORTER_PORT,
+        # The gateway's stub_status, which nginx answers only to loopback and this address.
+        "gateway_status_url": f"http://{gw_address}:{gateway['port']}/vllm-fleet-nginx-status",
+        "gateway_status_allow": allow,
+        "source": address_of(plan, host, addresses),
+        "targets": targets if enabled else {},
+    }
+
+
+def rolling_of(plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str, Any]) -> dict[str, Any]:
+    """How the serve phase restarts running replicas: a batch of nodes at a time, each
+    drained from the gateway first, when there is a gateway, at least two replicas and
+    every replica on one node (a multi-node group restarts as one unit, all its nodes at
+    once); otherwise every node at once."""
+    instances = plan["instances"]
+    single = all(len(i["nodes"]) == 1 for i in instances)
+    replicas = len(gateway["upstreams"])
+    # Several models: a drain must leave every model a replica that serves.
+    lone = [r["model"] for r in gateway["routes"] if len(r["upstreams"]) < 2]
+    if not gateway["enabled"]:
+        reason = "no gateway: nothing to drain, nodes restart at once"
+    elif lone:
+        reason = f"{', '.join(lone)} has one replica: nodes restart in place (no other serves it meanwhile)"
+        replicas = 1
+    elif replicas < 2:
+        reason = "one replica: it restarts in place (there is no other to serve meanwhile)"
+    elif not single:
+        reason = "a replica spans several nodes: its group restarts as one unit, all nodes at once"
+    else:
+        reason = f"{replicas} replicas: {int(settings.get('rolling_batch') or 1)} node(s) at a time, drained first"
+    return {
+        "enabled": gateway["enabled"] and replicas >= 2 and single,
+        "batch": int(settings.get("rolling_batch") or 1),
+        "drain_timeout": int(settings.get("drain_timeout") or 120),
+        "reason": reason,
+    }
+
+
+NO_EARLIER_RUN = "no record of an earlier run"
+
+
+def rolling_now(rolling: dict[str, Any], applied: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """This run's serve batches: ``applied`` is each node's comparison with what the last run
+    applied there (vllm_server's applied_check: ``current`` and ``reason``; None where it did
+    not run). Nodes that served before and are not as the last run left them restart
+    ``rolling.batch`` at a time, drained first, when rolling is on; a first deployment and a
+    re-run that changes nothing keep every node in one batch (``serial`` 100%)."""
+    changing = [
+        str(node)
+        for node, state in applied.items()
+        if state is not None and not state.get("current") and state.get("reason") != NO_EARLIER_RUN
+    ]
+    rolling_on = bool(rolling["enabled"]) and bool(changing)
+    message = (
+        f"Rolling restart of {', '.join(changing)}: {rolling['reason']}"
+        if rolling_on
+        else f"No running replica restarts one batch at a time ({rolling['reason']})"
+    )
+    return {"serial": rolling["batch"] if rolling_on else "100%", "nodes": changing if rolling_on else [],
+            "message": message}  # fmt: skip
