@@ -26,9 +26,12 @@ Bundle (every key optional unless said)::
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from vllm_fleet.deployment import overlay
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 MIN_SHM_BYTES = 1 << 30  # Docker's 64 MB default breaks vLLM's shared-memory broadcast (FIELD_NOTES 6)
@@ -44,6 +47,75 @@ class Check:
 
 class BundleError(ValueError):
     """The bundle is not what the doctor playbook writes (exit code 2)."""
+
+
+def inputs_of(
+    settings: dict[str, Any], role_vars: dict[str, Any], ansible_host: str | None, name: str
+) -> dict[str, Any]:
+    """What the doctor play checks on a node, from its resolved vllm_fleet_* settings and the
+    role variables the inventory sets (playbooks/doctor.yml decides nothing): the runtime site.yml
+    deploys with, the serving image (ray_cluster_image; empty: not checked), the model folder
+    (model_cache_dir; empty: not checked), the Python of Ray's venv (systemd runtime), the address
+    the other nodes reach it at and its interface, and whether it serves on a GPU."""
+    venv = overlay("ray_cluster", ("venv",), role_vars)["venv"]
+    return {
+        "runtime": str(settings.get("runtime") or "container"),
+        "image": str(role_vars.get("ray_cluster_image") or ""),
+        "model_path": str(role_vars.get("model_cache_dir") or ""),
+        "ray_python": f"{venv}/bin/python",
+        "address": str(settings.get("address") or ansible_host or name),
+        "interface": settings.get("interface"),
+        "device": "cpu" if str(settings.get("gpu") or "").lower() == "cpu" else "cuda",
+    }
+
+
+def _ran(results: dict[str, Any], key: str) -> dict[str, Any]:
+    """A registered result, or {} where its task was skipped or did not run."""
+    result = results.get(key)
+    return dict(result) if isinstance(result, dict) and not result.get("skipped") else {}
+
+
+def _json(text: Any) -> Any:
+    body = str(text or "").strip()
+    return json.loads(body) if body[:1] in ("{", "[") else None
+
+
+def gathered(results: dict[str, Any], inputs: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """One node's part of the bundle from what the doctor play's tasks registered (``results``:
+    ``pci``, ``fabric``, ``docker``, ``daemon``, ``image``, ``model``, ``versions``, ``reach``;
+    a skipped or failed one leaves its part None or empty), :func:`inputs_of` and gpu_facts."""
+    pci, fabric = _json(_ran(results, "pci").get("stdout")), _json(_ran(results, "fabric").get("stdout"))
+    docker, daemon = _ran(results, "docker"), _ran(results, "daemon")
+    image, versions = _ran(results, "image"), _ran(results, "versions")
+    runtimes = _json(docker.get("stdout")) if docker.get("rc") == 0 else None
+    config = json.loads(base64.b64decode(daemon["content"])) if daemon.get("content") else {}
+    inspected = _json(image.get("stdout")) if image.get("rc") == 0 else None
+    if isinstance(inspected, list):
+        inspected = inspected[0] if inspected else None
+    env = [str(e) for e in ((inspected or {}).get("Config") or {}).get("Env") or []]
+    return {
+        "device": inputs["device"],
+        "address": inputs["address"],
+        "interface": inputs["interface"],
+        "facts": facts,
+        "fabric": {"nvswitches": (pci or {}).get("nvswitches"), **fabric} if isinstance(fabric, dict) else None,
+        "docker": (
+            {"runtimes": list(runtimes or {}), "default_ulimits": config.get("default-ulimits") or {}}
+            if docker.get("rc") == 0
+            else None
+        ),
+        "image": (
+            {
+                "id": inspected.get("Id"),
+                "cuda_version": next((e.split("=", 1)[1] for e in env if e.startswith("CUDA_VERSION=")), None),
+            }
+            if isinstance(inspected, dict)
+            else None
+        ),
+        "model": _json(_ran(results, "model").get("stdout")),
+        "versions": (_json(versions.get("stdout")) or {}) if versions.get("rc") == 0 else {},
+        "reach": _json(_ran(results, "reach").get("stdout")) or {},
+    }
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...]:

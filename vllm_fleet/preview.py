@@ -615,7 +615,9 @@ def node_part(record: Mapping[str, Any], applied: Mapping[str, Any], options: Ma
     serving image's name), ``api_key``/``hf_token`` (hashed here, never returned),
     ``settings`` and ``context`` (those of the record)."""
     secrets = {"VLLM_API_KEY": str(options.get("api_key") or ""), "HF_TOKEN": str(options.get("hf_token") or "")}
-    server_env = dict(options.get("server_env") or {})
+    # vllm_server_env: given, else the inventory's (the record's context holds the role variables).
+    context = options.get("context") or {}
+    server_env = dict(options.get("server_env") or (context.get("role_vars") or {}).get("vllm_server_env") or {})
     image = str(options.get("image") or "") or None
     inputs = safe_inputs(options.get("settings") or {}, options.get("context") or {})
     inputs.update(server_env=redact(server_env), image=image, image_base=str(record["vllm"]["image"]))

@@ -5,8 +5,10 @@ No arithmetic lives here: every number comes from the ``vllm_fleet`` package.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -283,6 +285,24 @@ def vllm_fleet_records(plan: dict[str, Any], settings: dict[str, Any], hostvars:
         raise AnsibleFilterError(str(for_inventory(err))) from None
 
 
+def vllm_fleet_doctor_inputs(settings: dict[str, Any], hostvars: Any) -> dict[str, Any]:
+    """What the doctor play checks on each node (vllm_fleet/doctor.py inputs_of), by node."""
+    settings = _plain(settings)
+    role_vars = settings.get("role_vars") or {}
+    return {
+        name: doctor.inputs_of(mine, role_vars.get(name) or {}, _given(hostvars[name], "ansible_host"), name)
+        for name, mine in (settings.get("nodes") or {}).items()
+    }
+
+
+def vllm_fleet_doctor_node(results: dict[str, Any], inputs: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """One node's part of the doctor's bundle from its registered results (vllm_fleet/doctor.py gathered)."""
+    try:
+        return doctor.gathered(_plain(results), _plain(inputs), _plain(facts))
+    except (KeyError, TypeError, ValueError) as err:
+        raise AnsibleFilterError(f"vllm_fleet_doctor_node: malformed result ({type(err).__name__}: {err})") from err
+
+
 def vllm_fleet_rolling_now(hostvars: Any, hosts: list[str], rolling: dict[str, Any]) -> dict[str, Any]:
     """This run's serve batches (vllm_fleet/deployment.py rolling_now) from each host's
     ``__vllm_server_applied`` (vllm_server's applied_check; a host that did not run it counts
@@ -455,12 +475,29 @@ def vllm_fleet_fabric(settings: dict[str, Any], hostvars: Any, nodes: list[str])
     return out
 
 
+def _applied_files(results: list[Any]) -> dict[str, Any]:
+    """What the roles recorded on a node, from the preview play's slurp results (one per file;
+    a missing file has no content): its launches (``*.launch.json``, in the order read), Ray's
+    ``cluster.json`` and the gateway's ``gateway.json`` (None where missing)."""
+    by_file: dict[str, Any] = {}
+    for result in results:
+        if isinstance(result, dict) and result.get("content"):
+            by_file[os.path.basename(str(result.get("item") or ""))] = json.loads(base64.b64decode(result["content"]))
+    return {
+        "launches": [v for k, v in by_file.items() if k.endswith(".launch.json")],
+        "ray": by_file.get("cluster.json"),
+        "gateway": by_file.get("gateway.json"),
+    }
+
+
 def vllm_fleet_preview_node(
     record: dict[str, Any], applied: dict[str, Any], options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """One node's share of the preview (vllm_fleet/preview.py node_part): its planned state,
     the records read on it and the inputs a laptop plans again with. The API key and Hub
     token in ``options`` are hashed here and never returned."""
+    if isinstance(applied, list):
+        applied = _applied_files(applied)
     try:
         return preview.node_part(dict(record), dict(applied or {}), dict(options or {}))
     except (KeyError, TypeError, ValueError) as err:
@@ -554,6 +591,11 @@ def vllm_fleet_settings(
     except PlanError as err:
         raise AnsibleFilterError(str(for_inventory(err))) from None
     first = nodes[0] if nodes else None
+    if first and not per_node[first].get("model") and not per_node[first].get("models"):
+        raise AnsibleFilterError(
+            "vllm_fleet_model: the inventory declares no model; fix: set vllm_fleet_model (a model folder or a "
+            "catalog name, see 'vllm-fleet models') or vllm_fleet_models (several)"
+        )
     # Every host the plan names must be in the inventory (and is reached before any phase
     # changes a node: playbooks/plan.yml's reach play takes these with the nodes).
     extra_hosts: list[str] = []
@@ -604,6 +646,8 @@ class FilterModule:
             "vllm_fleet_records": vllm_fleet_records,
             "vllm_fleet_contexts": vllm_fleet_contexts,
             "vllm_fleet_rolling_now": vllm_fleet_rolling_now,
+            "vllm_fleet_doctor_inputs": vllm_fleet_doctor_inputs,
+            "vllm_fleet_doctor_node": vllm_fleet_doctor_node,
             "vllm_fleet_deployment": vllm_fleet_deployment,
             "vllm_fleet_fabric": vllm_fleet_fabric,
             "vllm_fleet_preview_node": vllm_fleet_preview_node,

@@ -11,13 +11,22 @@ asserts no timing. Needs what site.yml needs there (root for the local default).
 
 --reset runs playbooks/teardown.yml first, so that the first run really starts vLLM
 (teardown keeps the venvs, the model and the OS packages: a warm start).
+
+It also prints the controller's CPU time for each run (ansible-playbook, its forks and its ssh
+clients: what the controller pays, not the hosts) per host, and projects the re-run to
+--project hosts (default 1,000) with the assumption written out: the controller's CPU grows
+linearly with the hosts (each host runs the same tasks), and the hosts work in batches of
+--forks (ansible.cfg's forks) whose wall time is this re-run's.
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
+import math
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -35,6 +44,7 @@ SLOWEST = 15
 class Run:
     seconds: float
     report: dict[str, Any]
+    cpu: float  # the controller's CPU seconds (user + system of ansible-playbook and its children)
 
 
 @dataclass
@@ -57,16 +67,17 @@ def playbook(name: str, inventory: str, extra_vars: list[str]) -> Run:
     argv = [str(BIN / "ansible-playbook"), name, "-i", inventory]
     for extra in extra_vars:
         argv += ["-e", extra]
-    start = time.monotonic()
+    start, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - start
+    seconds, after = time.monotonic() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     report = _report(done.stdout)
     if done.returncode != 0:
         failed = [f"{t.name}: {msg}" for t, msg in _failures(report)] if report else []
         sys.exit(f"{name} failed (rc {done.returncode}):\n" + "\n".join(failed[:5]) + f"\n{done.stderr[-3000:]}")
     if report is None:
         sys.exit(f"{name}: no JSON report on stdout:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return Run(seconds, report)
+    return Run(seconds, report, cpu)
 
 
 def _report(stdout: str) -> dict[str, Any] | None:
@@ -117,6 +128,32 @@ def changed_counts(report: dict[str, Any]) -> dict[str, int]:
     return {host: int(stats.get("changed", 0)) for host, stats in report.get("stats", {}).items()}
 
 
+def _forks() -> int:
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / "ansible.cfg")
+    return config.getint("defaults", "forks", fallback=5)
+
+
+def _project(first: Run, again: Run, hosts: int, target: int, forks: int) -> None:
+    """The controller's cost per host, and the re-run projected to ``target`` hosts."""
+    if hosts == 0:
+        return
+    cores = os.cpu_count() or 1
+    per_host = again.cpu / hosts
+    cpu = per_host * target
+    batches = math.ceil(target / forks)
+    print(
+        f"controller CPU: first run {first.cpu:.1f} s ({first.cpu / hosts:.1f} s per host), "
+        f"re-run {again.cpu:.1f} s ({per_host:.1f} s per host, {hosts} hosts in the report)"
+    )
+    print(
+        f"projected re-run at {target} hosts, forks={forks}, {cores} controller cores: controller CPU "
+        f"{cpu / 60:.0f} min (>= {cpu / cores / 60:.0f} min of wall on {cores} cores); {batches} batches of "
+        f"{forks} hosts at this re-run's {again.seconds:.0f} s each = {batches * again.seconds / 60:.0f} min; "
+        f"the larger bounds the run (assumptions: CPU per host constant, hosts answer as fast as these)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inventory", default="inventories/local", help="inventory (default: inventories/local)")
@@ -124,6 +161,8 @@ def main() -> int:
     parser.add_argument(
         "--extra-vars", "-e", action="append", default=[], metavar="VARS", help="passed to every run (repeatable)"
     )
+    parser.add_argument("--project", type=int, default=1000, help="project the re-run to this many hosts")
+    parser.add_argument("--forks", type=int, default=_forks(), help="the controller's forks (default: ansible.cfg's)")
     args = parser.parse_args()
 
     print(f"site.yml -i {args.inventory}: a first run, then a no-change re-run")
@@ -136,6 +175,7 @@ def main() -> int:
     print(f"{'first run':<10} {first.seconds:7.1f} s  changed={sum(first_changed.values())}")
     print(f"{'re-run':<10} {again.seconds:7.1f} s  changed={sum(again_changed.values())} {again_changed}")
     print(f"re-run / first run: {again.seconds / first.seconds:.0%} (issue 17 asks for at most 25 %)")
+    _project(first, again, len(again_changed), args.project, args.forks)
 
     rerun = tasks(again.report)
     ran = [t for t in rerun if t.ran]

@@ -548,3 +548,37 @@ def test_every_record_at_once_equals_each_record_alone(eight_layers: Path) -> No
     for i, rec in enumerate(together.values(), start=1):
         assert (rec["ray"]["node_ip"], rec["ray"]["interface"]) == (f"192.168.0.{i}", "eth1")
         assert rec["ray"]["num_gpus"] == (4 if rec["node"] == "node2" else 1)
+
+
+@pytest.mark.parametrize(
+    ("settings", "context", "expected"),
+    [
+        # A GPU node of the container runtime with a Hub model: everything, OS facts for the roles.
+        ({"model": "Qwen/Qwen3-8B"}, {},
+         {"driver": True, "docker": True, "toolkit": True, "image": True, "model": True, "os_facts": True,
+          "summary": "GPU node, containers; model fetched from the Hub to /srv/models/Qwen/Qwen3-8B."}),
+        # The local default's shape: a CPU node of the systemd runtime whose model is built there.
+        ({"model": "files/tiny-llama", "gpu": "cpu", "runtime": "systemd", "build_model": True, "prepare_model": False},
+         {"model_is_dir": True},
+         {"driver": False, "docker": False, "toolkit": False, "image": False, "model": False, "os_facts": False,
+          "summary": "CPU node, Ray and vLLM on the host (systemd); model built on the node with random weights "
+                     "(vllm_fleet_build_model)."}),
+        # A controller folder copied to a CPU node of the container runtime: the toolkit role says why it skips.
+        ({"model": "/models/m", "gpu": "cpu", "prepare_docker": False}, {"model_is_dir": True},
+         {"driver": False, "docker": False, "toolkit": True, "image": True, "model": True, "os_facts": False,
+          "summary": "CPU node, containers; model copied from the controller to /srv/models/m."}),
+    ],
+    ids=["gpu-hub", "local-default", "cpu-controller-folder"],
+)  # fmt: skip
+def test_what_the_prepare_phase_installs_is_the_planners(
+    settings: dict[str, Any], context: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    nodes = [{"name": "n1", "gpu": settings.get("gpu", "H100-SXM"), "gpu_count": 1, "gpu_memory_gib": 80
+              if settings.get("gpu") != "cpu" else 2}]  # fmt: skip
+    model = str(TINY) if settings.get("gpu") == "cpu" else "Qwen/Qwen3-8B"
+    plan = plan_cluster(load_model(model), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=1024))
+    rec = deploy.node_record(plan, "n1", _settings(**settings), context)
+    got = {k: rec["prepare"][k] for k in expected}
+    assert got == expected
+    assert (rec["model_cache"] is not None) == expected["model"]
+    assert bool(rec["prepare"]["toolkit_skip_reason"]) == rec["cpu"]

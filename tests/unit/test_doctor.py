@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from collections.abc import Callable
@@ -245,3 +246,55 @@ def test_a_malformed_bundle_is_one_line_not_a_traceback(
     assert main(["doctor", "--bundle", str(path)]) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1 and "--bundle" in err
+
+
+def test_a_nodes_part_of_the_bundle_from_what_the_play_registered() -> None:
+    """playbooks/doctor.yml registers each probe's result and hands them over unparsed: a skipped
+    probe (the systemd runtime asks no Docker), a failed one (no image) and a Docker answer each
+    give the part the checks read."""
+    inputs = doctor.inputs_of(
+        {"runtime": "container", "gpu": "H100-SXM", "interface": "eth1"},
+        {"ray_cluster_image": "vllm-fleet/serving:1", "ray_cluster_venv": "/srv/ray"},
+        "10.0.0.5",
+        "n1",
+    )
+    assert inputs == {
+        "runtime": "container", "image": "vllm-fleet/serving:1", "model_path": "", "ray_python": "/srv/ray/bin/python",
+        "address": "10.0.0.5", "interface": "eth1", "device": "cuda",
+    }  # fmt: skip
+    daemon = base64.b64encode(json.dumps({"default-ulimits": {"memlock": {"Hard": -1, "Soft": -1}}}).encode())
+    inspected = [{"Id": "sha256:abc", "Config": {"Env": ["PATH=/usr/bin", "CUDA_VERSION=12.8.1"]}}]
+    results = {
+        "pci": {"rc": 0, "stdout": '{"nvswitches": 4}'},
+        "fabric": {"rc": 0, "stdout": '{"service": "active", "version": "570.124.06"}'},
+        "docker": {"rc": 0, "stdout": '{"nvidia": {}, "runc": {}}'},
+        "daemon": {"content": daemon.decode()},
+        "image": {"rc": 0, "stdout": json.dumps(inspected)},
+        "model": {"skipped": True},
+        "versions": {"skipped": True},
+        "reach": {"rc": 0, "stdout": '{"n2:29599": true}'},
+    }
+    part = doctor.gathered(results, inputs, {"gpu_count": 8})
+    assert part["fabric"] == {"nvswitches": 4, "service": "active", "version": "570.124.06"}
+    assert part["docker"] == {"runtimes": ["nvidia", "runc"], "default_ulimits": {"memlock": {"Hard": -1, "Soft": -1}}}
+    assert part["image"] == {"id": "sha256:abc", "cuda_version": "12.8.1"}
+    assert (part["model"], part["versions"], part["reach"]) == (None, {}, {"n2:29599": True})
+    assert (part["device"], part["address"], part["facts"]) == ("cuda", "10.0.0.5", {"gpu_count": 8})
+
+    systemd = doctor.inputs_of({"runtime": "systemd", "gpu": "cpu"}, {}, None, "n2")
+    assert (systemd["device"], systemd["address"], systemd["ray_python"]) == (
+        "cpu",
+        "n2",
+        "/opt/vllm-fleet/ray/bin/python",
+    )
+    bare = doctor.gathered(
+        {"pci": {"skipped": True}, "fabric": {"skipped": True}, "docker": {"rc": 1, "stdout": ""},
+         "daemon": {"failed": True, "msg": "file not found"}, "image": {"rc": 1, "stdout": ""},
+         "model": {"rc": 0, "stdout": '{"files": 3, "bytes": 10, "problems": []}'},
+         "versions": {"rc": 0, "stdout": '{"python": "3.11.2", "ray": "2.60.0"}'}, "reach": {"skipped": True}},
+        systemd, {},
+    )  # fmt: skip
+    assert (bare["fabric"], bare["docker"], bare["image"], bare["reach"]) == (None, None, None, {})
+    assert bare["model"]["files"] == 3 and bare["versions"]["ray"] == "2.60.0"
+    bundle = {"head": "n2", "runtime": "systemd", "nodes": {"n2": bare}}
+    assert doctor.evaluate(bundle), "the checks read the part as the playbook used to build it"
