@@ -167,6 +167,12 @@ CASES = [
         "vllm_fleet_max_model_len: 4096 is above the model's derived maximum (max_position_embeddings=2048)",
         id="vllm-refuses-long-context",
     ),
+    pytest.param(
+        {"n1": {}},
+        {"vllm_fleet_model": None},
+        "vllm_fleet_model: the inventory declares no model; fix: set vllm_fleet_model",
+        id="no-model",
+    ),
 ]
 
 

@@ -126,7 +126,8 @@ def test_the_planners_nodes_take_the_inventory_first_then_what_gpu_facts_found()
     with pytest.raises(Exception, match="Host d reports no NVIDIA GPU"):
         filters["vllm_fleet_plan_nodes"]({"d": {"gpu_facts_found": {**found, "gpu": None, "gpu_count": 0}}}, ["d"])
 
-    settings = filters["vllm_fleet_settings"](hostvars, ["a", "b", "c"])
+    model = {"vllm_fleet_model": "meta-llama/Llama-3.1-8B-Instruct"}
+    settings = filters["vllm_fleet_settings"]({n: {**h, **model} for n, h in hostvars.items()}, ["a", "b", "c"])
     contexts = filters["vllm_fleet_contexts"](settings, hostvars)
     assert (contexts["a"]["detected_cores"], contexts["c"]["detected_cores"]) == (96, None)
     assert contexts["a"]["host"] == {"address": "10.9.0.2", "interface": "ib0", "gpu_count": 8}
