@@ -19,7 +19,10 @@
 #   make bench-prefix   prefix-cache hit rate and TTFT: nginx least_conn against vllm-router cache_aware (about 10 min)
 #   make bench-scale the plan phase at 32, 128, 512 and 1,000 inventory hosts (time, controller RSS) and
 #                    one node's record as the cluster grows (about 3 min, no host reached)
-#   make bench-rerun a no-change re-run of site.yml against its first run (INVENTORY=..., RESET=1: teardown first)
+#   make bench-rerun a no-change re-run of site.yml against its first run (INVENTORY=..., RESET=1: teardown first),
+#                    with the controller's CPU per host and the re-run projected to 1,000 hosts
+#   make bench-fanout the controller's memory per fork and CPU per host (gpu_facts over SSH on 60 inventory
+#                    names spread over the test hosts, forks 5, 20, 50; needs make up)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -29,7 +32,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers lint up down ssh bench bench-serve bench-scale bench-rerun bench-day2 bench-routing bench-prefix clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers lint up down ssh bench bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +96,9 @@ bench: $(STAMP)
 
 bench-serve: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/serve_local.py
+
+bench-fanout: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/fanout.py
 
 bench-day2: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/day2.py
