@@ -618,7 +618,9 @@ def run_plan(args: argparse.Namespace) -> int:
                 "vllm_fleet_vllm_version": args.vllm_version or CURRENT_VLLM,
             }
         )
-        print(json.dumps(deploy.node_record(result, args.node, settings), indent=2))
+        # As the plan phase computes it: a model folder on this machine is copied to the nodes.
+        context = {"model_is_dir": Path(args.model).is_dir()}
+        print(json.dumps(deploy.node_record(result, args.node, settings, context), indent=2))
         return 0
     if args.json:
         print(json.dumps(result, indent=2))

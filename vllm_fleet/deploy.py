@@ -55,6 +55,8 @@ _SERVE_KEYS = (
     "master_port", "dp_rpc_port", "enable_prefix_caching", "enable_chunked_prefill", "trust_remote_code",
     "tool_call_parser", "reasoning_parser", "extra_args", "extra_env",
 )  # fmt: skip
+# A record's shape: raised when a part changes meaning (the deployment's is DEPLOYMENT_FORMAT).
+RECORD_FORMAT = 1
 BUILT_MODELS = "/var/lib/vllm-fleet/models"
 # model_cache's folder for a model it puts on the nodes (its model_cache_dir, when the
 # inventory does not set one): /srv/models/<ORG/NAME> or /srv/models/<controller folder name>.
@@ -389,6 +391,7 @@ def node_record(
         {DCGM_PORT} if dcgm else set()
     )
     return {
+        "format": RECORD_FORMAT,
         "node": node,
         "runtime": runtime,
         "cpu": cpu,
