@@ -28,9 +28,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.cluster import Node, _UniqueKeyLoader
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import CURRENT_VLLM, LIMITS, vllm_refusal
+from vllm_fleet.memory import LIMITS, vllm_refusal
 from vllm_fleet.model_spec import ModelSpec, load_model
 from vllm_fleet.names import check_served_name
 from vllm_fleet.render import DEFAULT_PORT
@@ -277,7 +280,6 @@ def wishes_from_data(data: Any) -> list[ModelWish]:
 
 
 def load_wishes(path: Path) -> list[ModelWish]:
-    import yaml
 
     try:
         text = path.read_text(encoding="utf-8")

@@ -10,18 +10,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet import tools
+import yaml
+
+from vllm_fleet import deploy, deployment, interface, preview, status, tools
+from vllm_fleet.accounting.base import ALL2ALL_BACKENDS, CURRENT_VLLM, DEFAULT_ALL2ALL_BACKEND
+from vllm_fleet.allocate import allocate, combined_plan, load_wishes, render_allocation
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
+from vllm_fleet.doctor import BundleError, evaluate, exit_code, render, to_json
 from vllm_fleet.errors import PlanError, for_cli
 from vllm_fleet.memory import (
-    ALL2ALL_BACKENDS,
-    CURRENT_VLLM,
-    DEFAULT_ALL2ALL_BACKEND,
     LIMITS,
     MAX_GPU_MEMORY_GIB,
     Device,
@@ -31,6 +36,9 @@ from vllm_fleet.memory import (
     vllm_refusal,
 )
 from vllm_fleet.model_spec import ALLOW_DEPRECATED, check_max_model_len, check_quantization_flag, load_model
+from vllm_fleet.options import LORA_DTYPES, LORA_RANKS, draft_spec_for, parse_speculative_config
+from vllm_fleet.rayserve import serve_config
+from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
 from vllm_fleet.table import render_estimate, render_plan
 
 
@@ -167,7 +175,6 @@ def _nonnegative_float(text: str) -> float:
 
 def _option_flags(p: argparse.ArgumentParser) -> None:
     """vllm serve's options whose memory the planner models (vllm_fleet/options.py)."""
-    from vllm_fleet.options import LORA_DTYPES, LORA_RANKS
 
     lora = p.add_argument_group("LoRA (vllm serve --enable-lora ...)")
     lora.add_argument("--enable-lora", action="store_true")
@@ -188,7 +195,6 @@ def _option_flags(p: argparse.ArgumentParser) -> None:
 
 def _option_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The Settings / Wishes fields of _option_flags."""
-    from vllm_fleet.options import draft_spec_for, parse_speculative_config
 
     config = parse_speculative_config(args.speculative_config)
     return dict(
@@ -514,8 +520,6 @@ def _mapping(value: Any) -> dict[str, Any]:
 def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str, Any]) -> int:
     """``plan --diff``: plan with the deployment's settings (saved in preview.json) changed by
     the options given, and compare each node's new record with what the nodes run."""
-    from vllm_fleet import deploy, deployment, interface, preview
-    from vllm_fleet.strategy import Wishes, plan_cluster
 
     raw = _read_applied(args.diff)
     applied = preview.applied_state(raw)
@@ -565,18 +569,11 @@ def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str
 
 def run_allocate(args: argparse.Namespace) -> int:
     """``plan --models``: several models on one cluster (vllm_fleet/allocate.py)."""
-    from vllm_fleet.allocate import allocate, load_wishes, render_allocation
-    from vllm_fleet.strategy import load_cluster
 
     cluster = load_cluster(args.cluster)
     result = allocate(load_wishes(args.models), cluster)
     print(json.dumps(result.to_dict(), indent=2) if args.json else render_allocation(result))
     if args.ray_serve_config is not None:
-        import yaml
-
-        from vllm_fleet.allocate import combined_plan
-        from vllm_fleet.rayserve import serve_config
-
         config, notes = serve_config(combined_plan(result))
         header = "# Ray Serve LLM application for `serve deploy` (written by vllm-fleet plan --models)\n"
         args.ray_serve_config.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -587,7 +584,6 @@ def run_allocate(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
 
     if args.ray_serve_config is not None and args.models is None:
         raise PlanError("--ray-serve-config", "renders a multi-model plan", "pass --models FILE.yml with it")
@@ -607,8 +603,6 @@ def run_plan(args: argparse.Namespace) -> int:
     result = plan_cluster(spec, cluster, wishes)
     _with_extra_args(result, list(wishes.extra_args))
     if args.node:
-        from vllm_fleet import deploy, interface
-
         if args.node not in [n["name"] for n in result["nodes"]]:
             raise PlanError("--node", f"{args.node!r} is not a node of {args.cluster}", "name one of its nodes")
         settings = interface.resolve(
@@ -630,11 +624,6 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    import os
-    import subprocess
-    import tempfile
-
-    from vllm_fleet.doctor import BundleError, evaluate, exit_code, render, to_json
 
     if args.inventory:
         playbook = Path(__file__).resolve().parents[1] / "playbooks" / "doctor.yml"
@@ -683,7 +672,6 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from vllm_fleet import status
 
     if args.inventory:
         plan = status.load_plan(status.plan_from_inventory(args.inventory), "--inventory")

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_fleet import deploy, deployment
+from vllm_fleet.accounting.base import CURRENT_VLLM
+from vllm_fleet.allocate import wishes_from_data
 from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import CURRENT_VLLM, LIMITS, MAX_GPU_MEMORY_GIB
+from vllm_fleet.memory import LIMITS, MAX_GPU_MEMORY_GIB
 
 PREFIX = "vllm_fleet_"
 _UNSET = object()
@@ -235,7 +237,6 @@ def _coerce(var: Var, raw: Any) -> Any:
         return items
     if kind == "models":
         # Each entry is checked where the allocator reads it (field vllm_fleet_models[i].key).
-        from vllm_fleet.allocate import wishes_from_data
 
         if not isinstance(raw, list) or not raw or not all(isinstance(a, Mapping) for a in raw):
             raise bad(f"must be a list of mappings, got {raw!r}", "e.g. [{model: meta-llama/Llama-3.1-8B-Instruct}]")

@@ -23,10 +23,11 @@ import math
 import re
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from vllm_fleet.catalog import MODELS, lookup_model
 from vllm_fleet.errors import PlanError
 from vllm_fleet.multimodal import VisionSpec, vision_spec_from_config
 
@@ -1328,7 +1329,6 @@ def _load_config(cfg_path: Path) -> Any:
 
 def load_model(model: str) -> ModelSpec:
     """Resolve ``model`` (a folder with config.json, or a catalog name)."""
-    from vllm_fleet.catalog import MODELS, lookup_model
 
     path = Path(model).expanduser()
     try:
@@ -1364,7 +1364,6 @@ def load_model(model: str) -> ModelSpec:
         file_bytes = read_safetensors_bytes(path, spec.num_layers)
         if file_bytes is not None:
             spec = _with_file_bytes(spec, file_bytes)
-        from dataclasses import replace
 
         return replace(spec, json_files=_quant_files(path))
     if is_file and path.name.endswith(".json"):
@@ -1382,7 +1381,6 @@ def load_model(model: str) -> ModelSpec:
 
 
 def _with_file_bytes(spec: ModelSpec, file_bytes: dict[str, int]) -> ModelSpec:
-    from dataclasses import replace
 
     vision = file_bytes.get("vision", 0)
     dtype_bytes = DTYPE_BYTES.get(spec.torch_dtype, 2)

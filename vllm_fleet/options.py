@@ -21,12 +21,15 @@ Pure Python: nothing here imports torch or vLLM.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from vllm_fleet.accounting.base import CURRENT_VLLM, Accounting
+from vllm_fleet.accounting.parts import _kv_layer_bytes, _layer_bytes, _stage_parts, _vocab_rows
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec
+from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, load_model
 
 if TYPE_CHECKING:
     from vllm_fleet.memory import Settings
@@ -305,7 +308,6 @@ def draft_weight_bytes(spec: ModelSpec, sd: SpecDecode, tp: int, ep: int, db: fl
     an own head where the method has one, and the proposer's input buffers
     (``SpecDecodeBaseProposer.__init__``: hidden_states and inputs_embeds of
     max_num_batched_tokens rows)."""
-    from vllm_fleet.memory import CURRENT_VLLM, Accounting, _layer_bytes, _stage_parts, _vocab_rows
 
     if sd.method in MODEL_FREE_METHODS:
         return 0.0
@@ -341,7 +343,6 @@ def draft_weight_bytes(spec: ModelSpec, sd: SpecDecode, tp: int, ep: int, db: fl
 
 def draft_kv_token_bytes(spec: ModelSpec, sd: SpecDecode, tp: int, kv_b: float) -> int:
     """Bytes one token takes in one draft attention layer (MTP: the target's own spec)."""
-    from vllm_fleet.memory import CURRENT_VLLM, Accounting, _kv_layer_bytes
 
     acct = Accounting.for_version(CURRENT_VLLM)
     return _kv_layer_bytes(sd.draft if sd.draft is not None else spec, tp, kv_b, acct)
@@ -433,7 +434,6 @@ def assumptions(spec: ModelSpec, settings: Settings, sd: SpecDecode | None) -> l
 def serve_args(settings: Settings) -> list[str]:
     """The ``vllm serve`` flags of these options, as the plan renders them (the memory the
     planner counted is the memory of exactly these flags)."""
-    import json
 
     args: list[str] = []
     if settings.enable_lora:
@@ -459,7 +459,6 @@ def serve_args(settings: Settings) -> list[str]:
 
 def parse_speculative_config(text: str | None) -> dict[str, Any] | None:
     """``--speculative-config`` JSON as vLLM's parser takes it (an object)."""
-    import json
 
     if text is None:
         return None
@@ -474,7 +473,6 @@ def parse_speculative_config(text: str | None) -> dict[str, Any] | None:
 
 def draft_spec_for(config: dict[str, Any] | None) -> ModelSpec | None:
     """The draft model a speculative config names (EAGLE / draft_model), loaded like --model."""
-    from vllm_fleet.model_spec import load_model
 
     if not config:
         return None

@@ -25,11 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from vllm_fleet.accounting.base import CURRENT_VLLM, GIB, known_release
 from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.memory import (
-    CURRENT_VLLM,
-    GIB,
     LIMITS,
     Device,
     Estimate,
@@ -37,7 +36,6 @@ from vllm_fleet.memory import (
     check_count,
     chunked_local_attn_hybrid_kv,
     estimate,
-    known_release,
     kv_heads_shard,
     vllm_refusal,
 )

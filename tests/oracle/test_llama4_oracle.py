@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from tests.oracle.conftest import OracleRun
-from vllm_fleet.memory import GIB, Accounting, Device, Settings, _in_flight_batches, _layer_bytes, estimate
+from vllm_fleet.accounting.base import GIB, Accounting
+from vllm_fleet.accounting.parts import _layer_bytes
+from vllm_fleet.memory import Device, Settings, _in_flight_batches, estimate
 from vllm_fleet.model_spec import spec_from_config
 
 BASE: dict[str, Any] = {

@@ -8,16 +8,8 @@ from typing import Any
 import pytest
 
 from tests.oracle.conftest import OracleRun
-from vllm_fleet.memory import (
-    DEEPEP_BUFFER_MIB,
-    DEFAULT_ALL2ALL_BACKEND,
-    EPLB_WINDOW,
-    GIB,
-    Accounting,
-    Settings,
-    _moe_activation,
-    moe_parallel,
-)
+from vllm_fleet.accounting.base import DEEPEP_BUFFER_MIB, DEFAULT_ALL2ALL_BACKEND, EPLB_WINDOW, GIB, Accounting
+from vllm_fleet.memory import Settings, _moe_activation, moe_parallel
 from vllm_fleet.model_spec import load_model
 
 # (global experts, EP size): even, uneven (remainder to the first ranks), EPLB-padded.

@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import ROOT
 from vllm_fleet import interface
+from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import CURRENT_VLLM
 
 
 @pytest.mark.parametrize(

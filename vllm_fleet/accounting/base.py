@@ -1,0 +1,137 @@
+"""The accounting's shared vocabulary: vLLM releases and which accounting each uses, the
+constants vLLM's startup profile is measured with, and how MoE layers lie over the ranks.
+
+Pure Python, no torch or vLLM import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1 << 30
+MIB = 1 << 20
+CURRENT_VLLM = "0.32.0"
+
+# Memory the CUDA context takes on every GPU before vLLM's snapshot (driver,
+# kernels of torch / vLLM / FlashInfer loaded lazily): outside the budget but
+# it has to be free, or startup fails with "Free memory on device ...".
+CUDA_CONTEXT_GIB = 0.6
+# Per-graph, per-layer cost of captured CUDA graphs (piecewise + full decode
+# graphs share one pool); measured 0.49 GiB for a 28-layer model capturing
+# 2 x 51 graphs.
+CUDA_GRAPH_MIB_PER_GRAPH_LAYER = 0.17
+# Sampler dummy pass bytes per (row x vocab) element beyond the model-dtype
+# logits: sort-based top-k/top-p (fp32 logits, sorted copy, int64 indices,
+# softmax, cumsum, mask, probabilities, noise) before 0.13; FlashInfer / Triton
+# kernels (fp32 logits, probabilities, noise) after.
+SAMPLER_BYTES_SORT = 36
+SAMPLER_BYTES_FUSED = 12
+# Fused-MoE processed tokens in chunks of this size (VLLM_FUSED_MOE_CHUNK_SIZE) in the
+# releases before 0.32; 0.32 has no such setting (FusedMoEKernel._fused_experts sizes the
+# workspaces for all the tokens of the call, M_chunk = M_full).
+FUSED_MOE_CHUNK = 16 * 1024
+VOCAB_PAD = 64
+# ParallelConfig.all2all_backend (the All2AllBackend literal of vllm/config/parallel.py);
+# "naive" and "pplx" were removed and fall back to allgather_reducescatter (__post_init__).
+DEFAULT_ALL2ALL_BACKEND = "allgather_reducescatter"
+ALL2ALL_BACKENDS = frozenset(
+    {
+        "naive", "pplx", "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
+        "deepep_v2", "mori_high_throughput", "mori_low_latency", "moonep", "nixl_ep",
+        "flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "passthrough",
+    }
+)  # fmt: skip
+# VLLM_DEEPEP_BUFFER_SIZE_MB: the NVLink buffer of DeepEP's deep_ep.Buffer (and its RDMA
+# buffer across nodes) that DeepEPHTAll2AllManager / DeepEPLLAll2AllManager allocate.
+DEEPEP_BUFFER_MIB = 1024
+# EPLBConfig.window_size: steps of per-expert load EplbState.add_model records (int32).
+EPLB_WINDOW = 1000
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``"0.11.2"`` -> ``(0, 11)``; unknown text means the current release."""
+    parts = text.strip().lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return parse_version(CURRENT_VLLM)
+
+
+OLDEST_KNOWN_VLLM = "0.5.0"
+
+
+def known_release(text: str) -> str | None:
+    """None when the planner knows ``text``'s memory accounting, else a warning
+    saying which accounting it plans with instead."""
+    parts = text.strip().lstrip("v").split(".")
+    try:
+        rel = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return f"vLLM release {text!r} is not a version; planned with the accounting of {CURRENT_VLLM}"
+    if rel > parse_version(CURRENT_VLLM):
+        return (
+            f"vLLM {text} is newer than the newest accounting the planner knows ({CURRENT_VLLM}); "
+            f"planned as {CURRENT_VLLM}: check the KV figures verify reports"
+        )
+    if rel < parse_version(OLDEST_KNOWN_VLLM):
+        return f"vLLM {text} is older than the oldest accounting the planner knows ({OLDEST_KNOWN_VLLM}); planned as it"
+    return None
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """How a vLLM release family splits memory (see module docstring)."""
+
+    engine: str  # "v0" or "v1"
+    nccl_in_budget: bool  # snapshot taken before distributed init
+    graphs_in_budget: bool  # CUDA graph estimate subtracted from the KV pool
+    sampler_bytes: int
+    mla_align_bytes: int  # V0 padded each MLA cache entry to 256 bytes
+    mla_absorbed_qo: bool  # 0.7.x V0 MLA kept absorbed W_Q_UK / W_UV_O matrices
+    # 0.32's fused MoE: workspaces for all the tokens of the call (no VLLM_FUSED_MOE_CHUNK_SIZE),
+    # shaped as TritonExperts.workspace_shapes; older releases keep the planner's chunked rule.
+    moe_unchunked: bool = False
+    # Sliding-window groups reserve max_in_flight_tokens (async scheduling's batches in
+    # flight) rather than one batch (0.32's SlidingWindowSpec; when this came in is not pinned).
+    in_flight_batches: bool = False
+    # "GPU KV cache size" = int(max_concurrency x max_model_len) (get_kv_cache_capacity);
+    # before: num_blocks // len(groups) x min block size. vLLM 0.19 still printed the old
+    # figure (vllm issue 40691); 0.21 is taken as the first release with the new one.
+    tokens_from_concurrency: bool = True
+    # get_kv_cache_configs checks a request against available memory less one block (the
+    # null block BlockPool holds back), as 0.32 does.
+    null_block_reserved: bool = False
+
+    @classmethod
+    def for_version(cls, version: str, engine: str | None = None) -> Accounting:
+        major, minor = parse_version(version)
+        rel = (major, minor)
+        eng = (engine or ("v0" if rel < (0, 8) else "v1")).lower()
+        return cls(
+            engine=eng,
+            nccl_in_budget=rel < (0, 12),
+            graphs_in_budget=rel >= (0, 21) and eng == "v1",
+            sampler_bytes=SAMPLER_BYTES_SORT if rel < (0, 13) else SAMPLER_BYTES_FUSED,
+            mla_align_bytes=256 if eng == "v0" else 0,
+            mla_absorbed_qo=eng == "v0" and rel == (0, 7),
+            moe_unchunked=rel >= (0, 32) and eng == "v1",
+            in_flight_batches=rel >= (0, 32),
+            tokens_from_concurrency=rel >= (0, 21),
+            null_block_reserved=rel >= (0, 32),
+        )
+
+
+@dataclass(frozen=True)
+class MoeParallel:
+    """How vLLM lays one instance's MoE layers over its ranks (``FusedMoEParallelConfig.make``)."""
+
+    ep_size: int  # 1 without expert parallelism
+    moe_tp: int  # ranks the expert weights are TP-sharded over: tp x dp without EP, 1 with EP
+    global_experts: int  # routed experts + EPLB redundant experts (determine_expert_counts)
+    local_experts: int  # experts on the rank holding the most (determine_expert_map)
+    dispatch_ranks: int  # ranks whose tokens one rank's MoE layers compute (dp when dp > 1)
+    all2all: str  # the all2all backend its kernels use, "" when there are none
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
