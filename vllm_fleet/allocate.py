@@ -31,9 +31,10 @@ from typing import Any
 import yaml
 
 from vllm_fleet.accounting.base import CURRENT_VLLM
+from vllm_fleet.accounting.refusal import vllm_refusal
+from vllm_fleet.accounting.settings import LIMITS
 from vllm_fleet.cluster import Node, _UniqueKeyLoader
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import LIMITS, vllm_refusal
 from vllm_fleet.model_spec import ModelSpec, load_model
 from vllm_fleet.names import check_served_name
 from vllm_fleet.render import DEFAULT_PORT

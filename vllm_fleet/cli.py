@@ -22,19 +22,14 @@ import yaml
 
 from vllm_fleet import deploy, deployment, interface, preview, status, tools
 from vllm_fleet.accounting.base import ALL2ALL_BACKENDS, CURRENT_VLLM, DEFAULT_ALL2ALL_BACKEND
+from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
+from vllm_fleet.accounting.refusal import vllm_refusal
+from vllm_fleet.accounting.settings import LIMITS, MAX_GPU_MEMORY_GIB, Device, Settings
 from vllm_fleet.allocate import allocate, combined_plan, load_wishes, render_allocation
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.doctor import BundleError, evaluate, exit_code, render, to_json
 from vllm_fleet.errors import PlanError, for_cli
-from vllm_fleet.memory import (
-    LIMITS,
-    MAX_GPU_MEMORY_GIB,
-    Device,
-    Settings,
-    chunked_local_attn_hybrid_kv,
-    estimate,
-    vllm_refusal,
-)
+from vllm_fleet.memory import estimate
 from vllm_fleet.model_spec import ALLOW_DEPRECATED, check_max_model_len, check_quantization_flag, load_model
 from vllm_fleet.options import LORA_DTYPES, LORA_RANKS, draft_spec_for, parse_speculative_config
 from vllm_fleet.rayserve import serve_config

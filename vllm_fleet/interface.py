@@ -27,11 +27,11 @@ from typing import Any
 
 from vllm_fleet import deploy, deployment
 from vllm_fleet.accounting.base import CURRENT_VLLM
+from vllm_fleet.accounting.settings import LIMITS, MAX_GPU_MEMORY_GIB
 from vllm_fleet.allocate import wishes_from_data
 from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import LIMITS, MAX_GPU_MEMORY_GIB
 
 PREFIX = "vllm_fleet_"
 _UNSET = object()

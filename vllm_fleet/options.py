@@ -32,7 +32,7 @@ from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, load_model
 
 if TYPE_CHECKING:
-    from vllm_fleet.memory import Settings
+    from vllm_fleet.accounting.settings import Settings
 
 # vLLM's LoRAConfig.max_lora_rank (MaxLoRARanks) and lora_dtype (LoRADType).
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

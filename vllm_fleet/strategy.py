@@ -26,19 +26,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vllm_fleet.accounting.base import CURRENT_VLLM, GIB, known_release
+from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
+from vllm_fleet.accounting.refusal import vllm_refusal
+from vllm_fleet.accounting.settings import LIMITS, Device, Settings, check_count
 from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import (
-    LIMITS,
-    Device,
-    Estimate,
-    Settings,
-    check_count,
-    chunked_local_attn_hybrid_kv,
-    estimate,
-    kv_heads_shard,
-    vllm_refusal,
-)
+from vllm_fleet.memory import Estimate, estimate, kv_heads_shard
 from vllm_fleet.model_spec import ModelSpec, check_max_model_len, check_quantization_flag
 from vllm_fleet.names import check_served_name
 from vllm_fleet.render import (

@@ -20,11 +20,12 @@ from ansible.errors import AnsibleFilterError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vllm_fleet import deploy, deployment, doctor, interface, nccl, preview, serve
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.allocate import allocate, combined_plan, wishes_from_data
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_inventory
 from vllm_fleet.facts import host_facts
-from vllm_fleet.memory import Device, Settings, estimate
+from vllm_fleet.memory import estimate
 from vllm_fleet.model_spec import load_model
 from vllm_fleet.strategy import Wishes, plan_cluster
 from vllm_fleet.table import render_plan

@@ -27,8 +27,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from vllm_fleet.accounting.activation import _capture_sizes  # noqa: E402
 from vllm_fleet.accounting.base import CUDA_CONTEXT_GIB, CUDA_GRAPH_MIB_PER_GRAPH_LAYER  # noqa: E402
-from vllm_fleet.memory import Device, Settings, _capture_sizes, estimate  # noqa: E402
+from vllm_fleet.accounting.settings import Device, Settings  # noqa: E402
+from vllm_fleet.memory import estimate  # noqa: E402
 from vllm_fleet.model_spec import load_model  # noqa: E402
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5,

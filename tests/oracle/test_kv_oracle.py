@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from tests.oracle.conftest import OracleRun
-from vllm_fleet.memory import Device, Estimate, Settings, estimate
+from vllm_fleet.accounting.settings import Device, Settings
+from vllm_fleet.memory import Estimate, estimate
 from vllm_fleet.model_spec import spec_from_config
 
 H100 = Device("H100-SXM", 79.19, "cuda", 9)

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from tests.oracle.conftest import OracleRun
+from vllm_fleet.accounting.activation import _moe_activation
 from vllm_fleet.accounting.base import DEEPEP_BUFFER_MIB, DEFAULT_ALL2ALL_BACKEND, EPLB_WINDOW, GIB, Accounting
-from vllm_fleet.memory import Settings, _moe_activation, moe_parallel
+from vllm_fleet.accounting.settings import Settings
+from vllm_fleet.memory import moe_parallel
 from vllm_fleet.model_spec import load_model
 
 # (global experts, EP size): even, uneven (remainder to the first ranks), EPLB-padded.

@@ -12,7 +12,7 @@ import pytest
 
 from tests.oracle.conftest import OracleRun
 from vllm_fleet import options
-from vllm_fleet.memory import _capture_sizes
+from vllm_fleet.accounting.activation import _capture_sizes
 from vllm_fleet.model_spec import ModelSpec, spec_from_config
 
 TINY = ModelSpec(
@@ -173,7 +173,7 @@ def test_lora_slots_match_vllms_wrappers(vllm_says: dict[str, Any], index: int) 
 
 
 def _settings(case: dict[str, Any]) -> Any:
-    from vllm_fleet.memory import Settings
+    from vllm_fleet.accounting.settings import Settings
 
     return Settings(
         enable_lora=True,
@@ -210,7 +210,7 @@ def test_mtp_n_predict_is_what_the_planner_reads(vllm_says: dict[str, Any]) -> N
 
 
 def _spec_settings(config: dict[str, Any]) -> Any:
-    from vllm_fleet.memory import Settings
+    from vllm_fleet.accounting.settings import Settings
 
     return Settings(speculative_config=config)
 

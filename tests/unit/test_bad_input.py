@@ -20,10 +20,11 @@ import yaml
 
 from tests.conftest import FIXTURES, ROOT, write_safetensors
 from vllm_fleet import interface
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
 from vllm_fleet.cluster import cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import Device, Settings, estimate
+from vllm_fleet.memory import estimate
 from vllm_fleet.model_spec import load_model, spec_from_config
 from vllm_fleet.strategy import Wishes, plan_cluster
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.catalog import MODELS, lookup_model
 from vllm_fleet.catalog_2026 import ALIASES_2026, MODELS_2026
-from vllm_fleet.memory import Device, Settings, estimate
+from vllm_fleet.memory import estimate
 from vllm_fleet.model_spec import DTYPE_BYTES, load_model, spec_from_config
 
 GPT_OSS = ("openai/gpt-oss-20b", "openai/gpt-oss-120b")

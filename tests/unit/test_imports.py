@@ -11,8 +11,8 @@ from tests.conftest import ROOT
 PACKAGE = ROOT / "vllm_fleet"
 MAX_LINES = 800
 # Modules still over MAX_LINES, each at its size when the cap was set: they may shrink, not grow,
-# and leave this list once split (the accounting package took memory.py's shared parts first).
-OVER = {"memory.py": 1680, "model_spec.py": 1775, "strategy.py": 1045, "catalog_2026.py": 830}
+# and leave this list once split (memory.py left it: 2,076 lines, now 734 beside vllm_fleet/accounting/).
+OVER = {"model_spec.py": 1775, "strategy.py": 1045, "catalog_2026.py": 830}
 
 
 def _module(path: Path) -> str:
@@ -37,7 +37,7 @@ def _graph() -> dict[str, set[str]]:
 
 def test_the_import_graph_has_no_cycle() -> None:
     graph = _graph()
-    assert "vllm_fleet.accounting.base" in graph and "vllm_fleet.memory" in graph
+    assert "vllm_fleet.accounting.kv" in graph and "vllm_fleet.memory" in graph
     state: dict[str, int] = {}
 
     def visit(name: str, path: list[str]) -> None:

@@ -18,10 +18,12 @@ from typing import Any
 import pytest
 
 from vllm_fleet.accounting.base import GIB
+from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.catalog import lookup_model
 from vllm_fleet.cli import main
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import Device, Estimate, Settings, chunked_local_attn_hybrid_kv, estimate
+from vllm_fleet.memory import Estimate, estimate
 from vllm_fleet.model_spec import ModelSpec, load_model, spec_from_config
 
 SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"

@@ -16,9 +16,10 @@ import math
 import pytest
 
 from vllm_fleet.accounting.base import DEEPEP_BUFFER_MIB, EPLB_WINDOW, FUSED_MOE_CHUNK, GIB, MIB
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import Device, Settings, estimate, moe_parallel
+from vllm_fleet.memory import estimate, moe_parallel
 from vllm_fleet.model_spec import load_model
 
 H100 = Device("H100", 79.19)

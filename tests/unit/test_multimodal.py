@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from vllm_fleet.accounting.base import GIB
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import Device, Settings, estimate
+from vllm_fleet.memory import estimate
 from vllm_fleet.model_spec import ModelSpec, load_model, spec_from_config
 from vllm_fleet.multimodal import encoder_profile, max_tokens_per_item, smart_resize, vision_weight_elements
 

@@ -12,11 +12,13 @@ import pytest
 
 from tests.conftest import FIXTURES
 from vllm_fleet import facts
+from vllm_fleet.accounting.activation import _capture_sizes
 from vllm_fleet.accounting.base import GIB
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import Device, Settings, _capture_sizes, estimate
+from vllm_fleet.memory import estimate
 from vllm_fleet.model_spec import ModelSpec, load_model
 from vllm_fleet.strategy import Wishes, plan_cluster
 

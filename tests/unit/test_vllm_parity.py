@@ -18,10 +18,11 @@ import pytest
 
 from tests.conftest import ROOT
 from vllm_fleet import interface
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_cli, for_inventory
-from vllm_fleet.memory import Device, Settings, estimate
+from vllm_fleet.memory import estimate
 from vllm_fleet.model_spec import load_model
 from vllm_fleet.strategy import Wishes, plan_cluster
 

@@ -1,0 +1,173 @@
+"""What the planner is asked to plan with (every serving option vLLM's memory depends on, checked
+where vLLM checks it) and the device it plans for.
+
+Pure Python, no torch or vLLM import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_fleet import options
+from vllm_fleet.accounting.base import (
+    ALL2ALL_BACKENDS,
+    CURRENT_VLLM,
+    DEFAULT_ALL2ALL_BACKEND,
+)
+from vllm_fleet.errors import PlanError
+from vllm_fleet.model_spec import (
+    ModelSpec,
+)
+from vllm_fleet.multimodal import (
+    parse_limits,
+)
+
+# Upper bounds that keep the planner's loops and arithmetic small (a typo or a hostile
+# input answers in milliseconds with the field named, never a hang).
+LIMITS: dict[str, int] = {
+    "tensor_parallel_size": 1024,
+    "pipeline_parallel_size": 1024,
+    "data_parallel_size": 1024,
+    "max_model_len": 10**8,
+    "max_num_seqs": 1 << 20,
+    "max_num_batched_tokens": 10**8,
+    "block_size": 1 << 16,
+    "target_concurrency": 10**9,
+}
+MAX_GPU_MEMORY_GIB = 4096.0
+
+
+def check_count(value: Any, flag: str, maximum: int, required: bool = False) -> None:
+    """A positive integer up to ``maximum`` (None passes unless ``required``); booleans and
+    floats are refused (``true`` is not 1)."""
+    if value is None and not required:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        fix = f"pass {flag} 1 or more" + ("" if required else ", or omit it")
+        raise PlanError(flag, f"must be a positive integer, got {value!r}", fix)
+    if value > maximum:
+        raise PlanError(
+            flag, f"{value:,} is above {maximum:,}, the largest the planner accepts", f"use {maximum:,} or less"
+        )
+
+
+@dataclass
+class Settings:
+    """The ``vllm serve`` options that change memory, with vLLM's defaults."""
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    block_size: int | None = None
+    layer_partition: list[int] | None = None
+    kv_cache_memory_bytes: int | None = None
+    vllm_version: str = CURRENT_VLLM
+    engine: str | None = None
+    # Expert parallelism (ParallelConfig): --enable-eplb, --eplb-config '{"num_redundant_experts": N}'
+    # and --all2all-backend.
+    enable_eplb: bool = False
+    num_redundant_experts: int = 0
+    all2all_backend: str = DEFAULT_ALL2ALL_BACKEND
+    # Multimodal models (multimodal.py): --limit-mm-per-prompt counts (0 for every modality of
+    # a tower: not built, not profiled), --mm-processor-kwargs '{"max_pixels": N}',
+    # --skip-mm-profiling and --mm-encoder-tp-mode.
+    limit_mm_per_prompt: dict[str, int] | None = None
+    mm_max_pixels: int | None = None
+    skip_mm_profiling: bool = False
+    mm_encoder_tp_mode: str = "weights"
+    # Options users turn on; vllm_fleet/options.py models their memory. ``speculative_config``
+    # is vllm serve's --speculative-config JSON; ``draft_spec`` the draft model it names
+    # (EAGLE / draft_model), resolved by the caller with load_model.
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None
+    lora_dtype: str = "auto"
+    fully_sharded_loras: bool = False
+    speculative_config: dict[str, Any] | None = None
+    draft_spec: ModelSpec | None = None
+    cpu_offload_gb: float = 0.0
+    enable_prefix_caching: bool | None = None
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE (vllm/envs.py, "1" by default in 0.32):
+    # with 0, VllmConfig.__post_init__ turns the hybrid KV cache manager off for models with
+    # chunked local attention (Llama 4), and every layer then keeps the whole sequence.
+    chunked_local_attn_hybrid_kv: bool = True
+
+    def validate(self) -> None:
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            check_count(getattr(self, name), "--" + name.replace("_", "-"), LIMITS[name], required=True)
+        util = self.gpu_memory_utilization
+        if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
+            raise PlanError(
+                "--gpu-memory-utilization",
+                f"must be in (0, 1], got {util!r}",
+                "use a fraction of total GPU memory such as 0.9",
+            )
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            check_count(getattr(self, name), "--" + name.replace("_", "-"), LIMITS[name])
+        if self.layer_partition is not None and (
+            not isinstance(self.layer_partition, list)
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in self.layer_partition)
+        ):
+            raise PlanError(
+                "--layer-partition", f"must be a list of layer counts, got {self.layer_partition!r}", "e.g. 40,40"
+            )
+        if self.kv_cache_memory_bytes is not None:
+            check_count(self.kv_cache_memory_bytes, "--kv-cache-memory-bytes", 1 << 50)
+        if self.limit_mm_per_prompt is not None:
+            self.limit_mm_per_prompt = parse_limits(self.limit_mm_per_prompt)
+        check_count(self.mm_max_pixels, "--mm-processor-kwargs max_pixels", 1 << 36)
+        if self.mm_encoder_tp_mode not in ("weights", "data"):
+            raise PlanError(
+                "--mm-encoder-tp-mode", f"must be weights or data, got {self.mm_encoder_tp_mode!r}", "use weights"
+            )
+        if self.dtype not in ("auto", "bfloat16", "float16", "float32", "half", "float"):
+            raise PlanError("--dtype", f"unknown dtype '{self.dtype}'", "use auto, bfloat16, float16 or float32")
+        if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"):
+            raise PlanError(
+                "--kv-cache-dtype",
+                f"unknown KV cache dtype '{self.kv_cache_dtype}'",
+                "use auto, fp8, fp8_e4m3 or fp8_e5m2",
+            )
+        redundant = self.num_redundant_experts
+        if isinstance(redundant, bool) or not isinstance(redundant, int) or not 0 <= redundant <= 1 << 16:
+            raise PlanError("--eplb-config", f"num_redundant_experts must be 0 or more, got {redundant!r}", "e.g. 32")
+        if redundant and not self.enable_eplb:
+            # FusedMoE (layer.py): "Redundant experts are only supported with EPLB."
+            raise PlanError(
+                "--eplb-config", "redundant experts are only supported with EPLB (vLLM asserts it)", "add --enable-eplb"
+            )
+        if self.all2all_backend not in ALL2ALL_BACKENDS:
+            raise PlanError(
+                "--all2all-backend",
+                f"unknown all2all backend '{self.all2all_backend}'",
+                "use one of " + ", ".join(sorted(ALL2ALL_BACKENDS)),
+            )
+        options.validate(self)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU (or the CPU) as the planner sees it."""
+
+    name: str
+    total_gib: float
+    kind: str = "cuda"  # cuda, rocm, cpu
+    sm_major: int = 9
+    free_gib: float | None = None
+    # Compute capability x 10 (75 for a T4); None: sm_major x 10.
+    capability: int | None = None
+
+    @property
+    def compute_capability(self) -> int:
+        return self.capability if self.capability is not None else self.sm_major * 10

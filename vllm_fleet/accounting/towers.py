@@ -1,0 +1,123 @@
+"""Multimodal towers (vllm_fleet/multimodal.py): their weights, their encoder cache profile
+and the serve flags of their limits.
+
+Pure Python, no torch or vLLM import.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from vllm_fleet.accounting.base import (
+    GIB,
+)
+from vllm_fleet.accounting.settings import Settings
+from vllm_fleet.model_spec import (
+    ModelSpec,
+)
+from vllm_fleet.multimodal import (
+    QWEN_FAMILIES,
+    EncoderProfile,
+    VisionSpec,
+    vision_weight_elements,
+)
+
+# --------------------------------------------------------------------------
+# Multimodal towers (multimodal.py)
+# --------------------------------------------------------------------------
+
+
+def _vision(spec: ModelSpec, settings: Settings) -> VisionSpec | None:
+    """The tower with ``--mm-processor-kwargs '{"max_pixels": N}'`` applied (Qwen: the flat
+    kwarg reaches both images_kwargs and videos_kwargs, ``_merge_and_resolve_mm_processor_kwargs``)."""
+    vision = spec.vision
+    if vision is None or not settings.mm_max_pixels or vision.family not in QWEN_FAMILIES:
+        return vision
+    px = settings.mm_max_pixels
+    return replace(
+        vision,
+        image_max_pixels=px,
+        video_max_pixels=px if vision.video_max_pixels else 0,
+        pixels_source="--mm-processor-kwargs max_pixels",
+    )
+
+
+def _vision_weight_bytes(spec: ModelSpec, vision: VisionSpec, tp: int, db: float, data_mode: bool) -> float:
+    """One rank's tower and projector: the TP-sharded linears split over ``tp`` (whole with
+    ``--mm-encoder-tp-mode data``), the rest replicated; scaled to the safetensors bytes of
+    the vision tensors when the folder has them."""
+    shard, repl = vision_weight_elements(vision)
+    total = (shard + repl) * db
+    split = 1 if data_mode else tp
+    found = (spec.file_bytes or {}).get("vision", 0)
+    scale = found / total if found and total else 1.0
+    return (shard / split + repl) * db * scale
+
+
+def _mm_serve_args(settings: Settings) -> list[str]:
+    args: list[str] = []
+    if settings.limit_mm_per_prompt is not None:
+        args += ["--limit-mm-per-prompt", json.dumps(settings.limit_mm_per_prompt, separators=(",", ":"))]
+    if settings.mm_max_pixels:
+        args += ["--mm-processor-kwargs", json.dumps({"max_pixels": settings.mm_max_pixels})]
+    if settings.skip_mm_profiling:
+        args.append("--skip-mm-profiling")
+    if settings.mm_encoder_tp_mode != "weights":
+        args += ["--mm-encoder-tp-mode", settings.mm_encoder_tp_mode]
+    return args
+
+
+def _mm_parts(info: dict[str, Any]) -> dict[str, float]:
+    parts = {"weights.vision_gib": info["vision"] / GIB}
+    profile: EncoderProfile | None = info["profile"]
+    if profile is not None:
+        parts["activation.encoder_profile_gib"] = profile.peak_bytes / GIB
+        parts["activation.encoder_cache_gib"] = profile.cache_bytes / GIB
+    return parts
+
+
+def _mm_assumptions(
+    vision: VisionSpec,
+    settings: Settings,
+    stage_info: list[dict[str, Any]],
+    loaded: bool,
+    tp: int,
+    data_mode: bool,
+) -> list[str]:
+    limits = settings.limit_mm_per_prompt
+    if not loaded:
+        return [
+            f"vision tower ({vision.family}): not built, --limit-mm-per-prompt is 0 for "
+            f"{' and '.join(vision.modalities)} (vLLM's _mark_tower_model)"
+        ]
+    lines = [
+        f"vision tower ({vision.family}, {vision.depth} blocks x {vision.hidden} hidden): "
+        + (
+            "whole on every rank (--mm-encoder-tp-mode data)"
+            if data_mode
+            else (f"linears split over TP={tp}, norms/embeddings replicated" if tp > 1 else "on the rank")
+        )
+        + ", on every PP stage"
+    ]
+    profile: EncoderProfile | None = stage_info[0]["profile"]
+    if settings.skip_mm_profiling:
+        lines.append("encoder profile: skipped (--skip-mm-profiling); the encoder's activations are not reserved")
+    elif profile is not None:
+        pixels = ""
+        if vision.family in QWEN_FAMILIES:
+            pixels = f" (max_pixels {vision.image_max_pixels:,} from {vision.pixels_source})"
+        lines.append(
+            f"encoder profile: {profile.items} dummy {profile.modality} item(s) of {profile.tokens_per_item:,} tokens"
+            f"{pixels} -> {profile.patches:,} ViT patches in one forward, encoder budget {profile.budget:,} tokens;"
+            " peak approximated from the eager ViT block (flash-style attention, no seq x seq scores)"
+        )
+        lines.append(
+            f"encoder cache: the {profile.items} x {profile.tokens_per_item:,} output embeddings stay alive through"
+            " the language model's dummy forward (profile_run's encoder_cache); shrink with --limit-mm-per-prompt"
+            + (" or --mm-processor-kwargs max_pixels" if vision.family in QWEN_FAMILIES else "")
+        )
+    elif limits:
+        lines.append("encoder profile: nothing to profile with these --limit-mm-per-prompt counts")
+    return lines
