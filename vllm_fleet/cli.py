@@ -30,7 +30,8 @@ from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.doctor import BundleError, evaluate, exit_code, render, to_json
 from vllm_fleet.errors import PlanError, for_cli
 from vllm_fleet.memory import estimate
-from vllm_fleet.model_spec import ALLOW_DEPRECATED, check_max_model_len, check_quantization_flag, load_model
+from vllm_fleet.model.quantization import ALLOW_DEPRECATED, check_quantization_flag
+from vllm_fleet.model_spec import check_max_model_len, load_model
 from vllm_fleet.options import LORA_DTYPES, LORA_RANKS, draft_spec_for, parse_speculative_config
 from vllm_fleet.rayserve import serve_config
 from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster

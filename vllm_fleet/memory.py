@@ -63,14 +63,8 @@ from vllm_fleet.accounting.parts import (
 from vllm_fleet.accounting.settings import LIMITS, Device, Settings
 from vllm_fleet.accounting.towers import _mm_assumptions, _mm_parts, _mm_serve_args, _vision, _vision_weight_bytes
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import (
-    DTYPE_BYTES,
-    ModelSpec,
-    QuantSpec,
-    quant_file_config,
-    quant_flag_matches,
-    quant_from_name,
-)
+from vllm_fleet.model.quantization import quant_file_config, quant_flag_matches
+from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, QuantSpec, quant_from_name
 from vllm_fleet.multimodal import (
     EncoderProfile,
     encoder_profile,

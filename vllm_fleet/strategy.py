@@ -32,7 +32,8 @@ from vllm_fleet.accounting.settings import LIMITS, Device, Settings, check_count
 from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.memory import Estimate, estimate, kv_heads_shard
-from vllm_fleet.model_spec import ModelSpec, check_max_model_len, check_quantization_flag
+from vllm_fleet.model.quantization import check_quantization_flag
+from vllm_fleet.model_spec import ModelSpec, check_max_model_len
 from vllm_fleet.names import check_served_name
 from vllm_fleet.render import (
     DEFAULT_PORT,

@@ -258,7 +258,7 @@ def test_modelopt_checkpoints_run_as_vllm_resolves_them(tmp_path: Path, qcfg: di
     model = _model(tmp_path, _cfg(quantization_config=qcfg))
     plan = _plan(model, T4)
     assert plan["instances"][0]["nodes"] == ["t4"]
-    from vllm_fleet.model_spec import resolve_quantization
+    from vllm_fleet.model.quantization import resolve_quantization
 
     assert resolve_quantization(load_model(model), None).method == method
 

@@ -1,0 +1,195 @@
+"""Families whose layers differ from one another: hybrid layer types (attention, mamba, linear
+attention mixers) and Llama 4's text config.
+
+Pure Python, no torch or vLLM import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from vllm_fleet.errors import PlanError
+from vllm_fleet.model.values import (
+    MAX_EXPERTS,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    _as_int,
+    _flag,
+    _float,
+    _int,
+    _require,
+    _show,
+)
+
+# config.json's per-layer mixer names -> the planner's layer kinds.
+_MIXER_NAMES = {
+    "mamba": "mamba", "mamba2": "mamba", "linear_attention": "linear_attention", "attention": "full",
+    "full_attention": "full", "sliding_attention": "sliding", "M": "mamba", "*": "full", "-": "mlp", "E": "moe",
+}  # fmt: skip
+_HYBRID_TYPES = ("qwen3_next", "granitemoehybrid", "nemotron_h", "bamba", "jamba", "falcon_h1")
+
+
+def _hybrid_layer_types(cfg: Mapping[str, Any], source: str, model_type: str, layers: int) -> tuple[str, ...]:
+    """Each layer's mixer in the hybrid families, the way their vLLM classes build them:
+    Qwen3-Next ``layer_types`` or ``full_attention_interval`` (full attention when
+    ``(i + 1) % interval == 0``), Granite 4.0-H ``layer_types``, Nemotron-H
+    ``hybrid_override_pattern`` (M mamba, * attention, - MLP, E MoE), Bamba
+    ``attn_layer_indices``, Jamba ``attn_layer_period`` / ``attn_layer_offset``, Falcon-H1
+    (attention and mamba in every layer). ``()`` for the other families."""
+    if model_type not in _HYBRID_TYPES:
+        return ()
+    where = f"{source}:layer_types"
+    raw: Any = cfg.get("layer_types")
+    if model_type == "falcon_h1":
+        return ("parallel",) * layers
+    if model_type == "nemotron_h":
+        raw = cfg.get("hybrid_override_pattern")
+        where = f"{source}:hybrid_override_pattern"
+        if not isinstance(raw, str):
+            raise PlanError(where, f"{_show(raw)} is not a pattern string", "e.g. M-M-M*-M-")
+        raw = list(raw)
+    elif model_type == "qwen3_next" and raw is None:
+        interval = _int(cfg, source, "full_attention_interval", default=4, minimum=1, maximum=MAX_LAYERS)
+        return tuple("full" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers))
+    elif model_type == "bamba":
+        indices = cfg.get("attn_layer_indices") or []
+        if not isinstance(indices, list):
+            raise PlanError(f"{source}:attn_layer_indices", "must be a list of layer indices", "e.g. [9, 18, 27]")
+        return tuple("full" if i in indices else "mamba" for i in range(layers))
+    elif model_type == "jamba":
+        period = _int(cfg, source, "attn_layer_period", default=8, minimum=1, maximum=MAX_LAYERS)
+        offset = _int(cfg, source, "attn_layer_offset", default=4, maximum=MAX_LAYERS)
+        return tuple("full" if i % period == offset else "mamba" for i in range(layers))
+    if not isinstance(raw, list) or len(raw) != layers:
+        raise PlanError(where, f"must name the mixer of each of the {layers} layers", "e.g. ['mamba', 'attention']")
+    kinds = tuple(_MIXER_NAMES.get(str(t), "") for t in raw)
+    if "" in kinds:
+        bad = next(str(t) for t in raw if str(t) not in _MIXER_NAMES)
+        raise PlanError(where, f"unknown layer type {_show(bad)}", f"use one of {sorted(_MIXER_NAMES)}")
+    return kinds
+
+
+def _mixer_fields(
+    cfg: Mapping[str, Any], source: str, model_type: str, hidden: int, layer_types: tuple[str, ...]
+) -> dict[str, Any]:
+    """The ModelSpec fields of the mamba / linear-attention mixers and of DeepSeek V3.2's
+    indexer, under the config keys each vLLM class reads (``get_mamba_state_shape_from_config``
+    of Qwen3NextForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM,
+    JambaForCausalLM, FalconH1ForCausalLM; ``Indexer`` in deepseek_v2.py)."""
+    out: dict[str, Any] = {}
+    big = 1 << 20
+    if cfg.get("index_topk") is not None:
+        out["index_topk"] = _int(cfg, source, "index_topk", minimum=1, maximum=big)
+        out["index_n_heads"] = _int(cfg, source, "index_n_heads", default=64, minimum=1, maximum=MAX_HEADS)
+        out["index_head_dim"] = _int(cfg, source, "index_head_dim", default=128, minimum=1, maximum=1 << 16)
+    if not any(t in ("mamba", "linear_attention", "parallel") for t in layer_types):
+        return out
+    if model_type == "qwen3_next":
+        # Missing keys take transformers' Qwen3NextConfig defaults, as vLLM loads them.
+        defaults = {"linear_num_key_heads": 16, "linear_num_value_heads": 32}
+        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
+            out[key] = _int(cfg, source, key, default=defaults.get(key, 128), minimum=1, maximum=1 << 16)
+        out["linear_conv_kernel_dim"] = _int(cfg, source, "linear_conv_kernel_dim", default=4, minimum=1, maximum=64)
+        return out
+    if model_type == "nemotron_h":
+        heads = _require(cfg, source, "mamba_num_heads", maximum=MAX_HEADS)
+        head_dim = _require(cfg, source, "mamba_head_dim", maximum=1 << 16)
+        out.update(
+            mamba_version=2, mamba_n_heads=heads, mamba_head_dim=head_dim, mamba_intermediate=heads * head_dim,
+            mamba_n_groups=_int(cfg, source, "n_groups", default=1, minimum=1, maximum=MAX_HEADS),
+            mamba_d_state=_require(cfg, source, "ssm_state_size", maximum=1 << 16),
+            mamba_d_conv=_int(cfg, source, "conv_kernel", default=4, minimum=1, maximum=64),
+            mamba_conv_bias=_flag(cfg, source, "use_conv_bias", True),
+            mamba_proj_bias=_flag(cfg, source, "use_bias", False),
+            mamba_ssm_cache_dtype=str(cfg.get("mamba_ssm_cache_dtype") or "float32"),
+        )  # fmt: skip
+        return out
+    expand = _float(cfg, source, "mamba_expand", 2.0, 0.0, 64.0)
+    d_ssm = _int(cfg, source, "mamba_d_ssm", maximum=1 << 24)
+    out.update(
+        mamba_intermediate=d_ssm or int(expand * hidden),
+        mamba_d_state=_int(cfg, source, "mamba_d_state", default=16, minimum=1, maximum=1 << 16),
+        mamba_d_conv=_int(cfg, source, "mamba_d_conv", default=4, minimum=1, maximum=64),
+        mamba_conv_bias=_flag(cfg, source, "mamba_conv_bias", True),
+        mamba_proj_bias=_flag(cfg, source, "mamba_proj_bias", False),
+        mamba_rms_norm=_flag(cfg, source, "mamba_rms_norm", model_type != "falcon_h1"),
+    )
+    if model_type == "jamba":
+        rank = cfg.get("mamba_dt_rank", "auto")
+        out["mamba_version"] = 1
+        out["mamba_dt_rank"] = (
+            math.ceil(hidden / 16) if rank == "auto" else _int(cfg, source, "mamba_dt_rank", minimum=1, maximum=big)
+        )
+        return out
+    out.update(
+        mamba_version=2,
+        mamba_n_heads=_require(cfg, source, "mamba_n_heads", maximum=MAX_HEADS),
+        mamba_head_dim=_require(cfg, source, "mamba_d_head", maximum=1 << 16),
+        mamba_n_groups=_int(cfg, source, "mamba_n_groups", default=1, minimum=1, maximum=MAX_HEADS),
+    )
+    return out
+
+
+def _llama4_text(
+    cfg: Mapping[str, Any], source: str, layers: int
+) -> tuple[int, int, int, int, int, int, int, tuple[str, ...], int]:
+    """Llama 4's text model as vLLM 0.32 builds it (``vllm/model_executor/models/llama4.py``), a
+    key config.json leaves out taking ``transformers.Llama4TextConfig``'s default, which is
+    what vLLM's loaded config holds:
+
+    * ``Llama4DecoderLayer``: a layer is MoE when ``interleave_moe_layer_step > 0`` and
+      ``(layer_idx + 1) % interleave_moe_layer_step == 0`` (config.json's ``moe_layers`` is not
+      read); the other layers are a ``LlamaMLP`` of ``intermediate_size_mlp``;
+    * ``Llama4MoE``: ``num_local_experts`` experts of ``intermediate_size``, top-k
+      ``num_experts_per_tok`` (1), a router, and one shared expert (``LlamaMLP`` of
+      ``intermediate_size``);
+    * ``Llama4Attention``: a layer with ``no_rope_layers[i] == 0`` has no RoPE and full
+      attention; the others use ``ChunkedLocalAttention`` when ``attention_chunk_size`` is set
+      (layer type "chunked"). ``no_rope_layers`` absent or empty: one NoPE layer every
+      ``no_rope_layer_interval`` (4) layers. Its QK norm is an ``RMSNorm(has_weight=False)``:
+      no parameters.
+
+    Returns (dense intermediate, expert intermediate, experts, top-k, MoE step, shared
+    experts, shared intermediate, layer types, chunk size)."""
+    experts = _int(cfg, source, "num_local_experts", default=16, maximum=MAX_EXPERTS)
+    top_k = _int(cfg, source, "num_experts_per_tok", default=1, maximum=MAX_EXPERTS)
+    if top_k > experts:
+        raise PlanError(
+            f"{source}:num_experts_per_tok",
+            f"{top_k} experts per token but the model has {experts} experts",
+            f"use at most {experts} (the router picks top-k of the experts)",
+        )
+    moe_inter = _int(cfg, source, "intermediate_size", default=8192, minimum=1, maximum=1 << 24)
+    dense_inter = _int(cfg, source, "intermediate_size_mlp", default=16384, minimum=1, maximum=1 << 24)
+    step = _int(cfg, source, "interleave_moe_layer_step", default=1, maximum=MAX_LAYERS)
+    if step == 0 or experts == 0:
+        experts, top_k, step = 0, 0, 1  # no layer builds Llama4MoE
+    # An absent key is transformers' default (8192); an explicit null turns chunking off.
+    chunk = _int(cfg, source, "attention_chunk_size", maximum=MAX_POSITIONS) if "attention_chunk_size" in cfg else 8192
+    raw = cfg.get("no_rope_layers")
+    if raw:
+        if not isinstance(raw, list) or len(raw) != layers:
+            raise PlanError(
+                f"{source}:no_rope_layers",
+                f"must be a list of {layers} flags (one per layer), got {_show(raw)}",
+                "write 0 for a NoPE (full attention) layer and 1 for a RoPE layer, or remove the key",
+            )
+        rope = [_as_int(v, f"{source}:no_rope_layers", 0, 1, "write 0 or 1 per layer") for v in raw]
+    else:
+        interval = _int(cfg, source, "no_rope_layer_interval", default=4, minimum=1, maximum=MAX_LAYERS)
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    types = tuple("chunked" if flag and chunk else "full" for flag in rope)
+    return (
+        dense_inter,
+        moe_inter,
+        experts,
+        top_k,
+        step,
+        (1 if experts else 0),
+        (moe_inter if experts else 0),
+        types,
+        chunk,
+    )
