@@ -40,10 +40,8 @@ from vllm_fleet.deployment import (
     ROLES,
     address_of,
     addresses_of,
-    gateway_of,
-    monitoring_of,
+    deployment_of,
     overlay,
-    rolling_of,
     served_name,
 )
 from vllm_fleet.errors import PlanError
@@ -166,19 +164,18 @@ def shared_of(
     (any node's); ``context``: ``addresses`` of hosts outside the plan, ``role_vars``."""
     ctx = dict(context or {})
     addresses = dict(ctx.get("addresses") or {})
-    gateway = gateway_of(plan, settings)
-    ray_vars = overlay("ray_cluster", RAY_KEYS, ctx.get("role_vars"))
+    # The deployment's own parts (vllm_fleet_deployment computes the same on the controller).
+    whole = deployment_of(plan, settings, ctx)
     by_node: dict[str, list[dict[str, Any]]] = {}
     for inst in plan["instances"]:
         for name in inst["nodes"]:
             by_node.setdefault(str(name), []).append(inst)
     return {
-        "gateway": gateway,
-        "monitoring": monitoring_of(plan, settings, gateway, addresses, ray_vars),
-        "rolling": rolling_of(plan, settings, gateway),
+        "gateway": whole["gateway"],
+        "monitoring": whole["monitoring"],
+        "rolling": whole["rolling"],
         "addresses": {**addresses, **addresses_of(plan, addresses)},
         "by_node": by_node,
-        "plan_nodes": {str(n["name"]): n for n in plan.get("nodes") or []},
         "fabric": fabric,
     }
 
@@ -319,7 +316,10 @@ def node_record(
         ray["node_ip"] = str(given.get("ray_cluster_node_ip") or host.get("address") or node)
         ray["interface"] = str(given.get("ray_cluster_interface") or host.get("interface") or "")
         gpus = given.get("ray_cluster_num_gpus")
-        ray["num_gpus"] = int(gpus if gpus not in (None, "") else host.get("gpu_count") or 0)
+        gpus = (host.get("gpu_count") or 0) if gpus in (None, "") else gpus
+        if not str(gpus).strip().isdigit():
+            raise PlanError("ray_cluster_num_gpus", f"{gpus!r} is not a whole number of GPUs", "set it to 0 or more")
+        ray["num_gpus"] = int(str(gpus).strip())
         if runtime == "container":
             ray["status_argv"], ray["status_env"] = ["docker", "exec", ray["name"], "ray", "status"], {}
         else:
@@ -566,7 +566,7 @@ def prepare_of(
         "os_facts": driver
         or docker
         or (toolkit and not cpu)
-        or (model and fetch is not None and fetch["method"] == "huggingface"),
+        or (fetch is not None and fetch["method"] == "huggingface"),
         "summary": f"{'CPU' if cpu else 'GPU'} node, "
         f"{'containers' if container else 'Ray and vLLM on the host (systemd)'}; model {source}.",
     }

@@ -582,3 +582,10 @@ def test_what_the_prepare_phase_installs_is_the_planners(
     assert got == expected
     assert (rec["model_cache"] is not None) == expected["model"]
     assert bool(rec["prepare"]["toolkit_skip_reason"]) == rec["cpu"]
+
+
+def test_a_ray_gpu_count_that_is_not_a_number_names_the_variable(eight_layers: Path) -> None:
+    plan = _pp2(eight_layers, "ray")
+    settings = _settings(model=str(eight_layers), multinode_backend="ray")
+    with pytest.raises(PlanError, match="ray_cluster_num_gpus: 'four' is not a whole number of GPUs"):
+        deploy.node_record(plan, "node1", settings, {"role_vars": {"ray_cluster_num_gpus": "four"}})
