@@ -20,11 +20,11 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet import deploy, deployment, interface, preview, status, tools
-from vllm_fleet.accounting.base import ALL2ALL_BACKENDS, CURRENT_VLLM, DEFAULT_ALL2ALL_BACKEND
+from vllm_fleet import deploy, deployment, interface, preview, schema, status, tools
+from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
 from vllm_fleet.accounting.refusal import vllm_refusal
-from vllm_fleet.accounting.settings import LIMITS, MAX_GPU_MEMORY_GIB, Device, Settings
+from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB, Device, Settings
 from vllm_fleet.allocate import allocate, combined_plan, load_wishes, render_allocation
 from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.doctor import BundleError, evaluate, exit_code, render, to_json
@@ -32,7 +32,6 @@ from vllm_fleet.errors import PlanError, for_cli
 from vllm_fleet.memory import estimate
 from vllm_fleet.model.quantization import ALLOW_DEPRECATED, check_quantization_flag
 from vllm_fleet.model_spec import check_max_model_len, load_model
-from vllm_fleet.options import LORA_DTYPES, LORA_RANKS, draft_spec_for, parse_speculative_config
 from vllm_fleet.rayserve import serve_config
 from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
 from vllm_fleet.table import render_estimate, render_plan
@@ -82,27 +81,6 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
-
-
-def _mm_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The multimodal Settings / Wishes fields of the command line."""
-    kwargs = args.mm_processor_kwargs or {}
-    return dict(
-        limit_mm_per_prompt=args.limit_mm_per_prompt,
-        mm_max_pixels=kwargs.get("max_pixels"),
-        skip_mm_profiling=args.skip_mm_profiling,
-        mm_encoder_tp_mode=args.mm_encoder_tp_mode,
-    )
-
-
 def _env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
@@ -117,16 +95,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("--model", required=True, help="model folder with config.json, or a catalog name")
-    p.add_argument(
-        "--gpu-memory-utilization", type=_fraction, default=None, help="fraction of total GPU memory (default 0.9)"
-    )
-    p.add_argument("--max-model-len", type=_count(LIMITS["max_model_len"]), default=None)
-    p.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto")
-    p.add_argument("--quantization", default=None, help="fp8, awq, gptq, compressed-tensors, mxfp4, bitsandbytes, ...")
-    p.add_argument("--tensor-parallel-size", "-tp", type=_count(LIMITS["tensor_parallel_size"]), default=None)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=_count(LIMITS["pipeline_parallel_size"]), default=None)
     p.add_argument(
         "--env",
         action="append",
@@ -141,22 +111,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="as vllm serve's: vLLM refuses fbgemm_fp8 and fp_quant without it",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    # Multimodal models: the vllm serve options whose memory the planner models (multimodal.py).
-    p.add_argument(
-        "--limit-mm-per-prompt",
-        type=_json_object,
-        default=None,
-        help='as vllm serve\'s, e.g. \'{"image": 2, "video": 0}\'; 0 for every modality: text only, no tower',
-    )
-    p.add_argument(
-        "--mm-processor-kwargs",
-        type=_json_object,
-        default=None,
-        help="as vllm serve's; the planner models max_pixels (Qwen-VL), e.g. '{\"max_pixels\": 1003520}'",
-    )
-    p.add_argument("--skip-mm-profiling", action="store_true", help="as vllm serve's: no encoder profile pass")
-    p.add_argument("--mm-encoder-tp-mode", choices=["weights", "data"], default="weights")
-    _option_flags(p)
+    _declared_flags(p, command)
 
 
 def _nonnegative_float(text: str) -> float:
@@ -169,41 +124,74 @@ def _nonnegative_float(text: str) -> float:
     return value
 
 
-def _option_flags(p: argparse.ArgumentParser) -> None:
-    """vllm serve's options whose memory the planner models (vllm_fleet/options.py)."""
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` (0) to ``high``."""
 
-    lora = p.add_argument_group("LoRA (vllm serve --enable-lora ...)")
-    lora.add_argument("--enable-lora", action="store_true")
-    lora.add_argument("--max-loras", type=_count(1 << 12), default=1, help="adapters in one batch (default 1)")
-    lora.add_argument("--max-lora-rank", type=int, choices=LORA_RANKS, default=16, metavar="RANK", help="default 16")
-    lora.add_argument("--max-cpu-loras", type=_count(1 << 16), default=None, help="default: --max-loras")
-    lora.add_argument("--lora-dtype", choices=LORA_DTYPES, default="auto")
-    lora.add_argument("--fully-sharded-loras", action="store_true")
-    p.add_argument(
-        "--speculative-config",
-        default=None,
-        metavar="JSON",
-        help='as vllm serve\'s, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' or '
-        '\'{"method": "eagle3", "model": "<draft>", "num_speculative_tokens": 3}\'',
-    )
-    p.add_argument("--cpu-offload-gb", type=_nonnegative_float, default=0.0, help="weights per GPU moved to CPU")
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from exc
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low} to {high:,}, got {text}")
+        return value
+
+    return parse
 
 
-def _option_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The Settings / Wishes fields of _option_flags."""
+def _flag_kwargs(d: schema.Declared) -> dict[str, Any]:
+    """argparse's keywords for one declared option (vllm_fleet/schema.py): its type, bounds or
+    choices; None when the flag is not given (the planner's default then applies)."""
+    how = d.option
+    out: dict[str, Any] = {"dest": d.name, "default": None, "help": how.help}
+    if how.metavar:
+        out["metavar"] = how.metavar
+    if d.kind == "bool":
+        out["action"] = argparse.BooleanOptionalAction if d.optional else "store_true"
+    elif how.json_key or d.kind == "json":
+        out["type"] = str  # parsed by _given, which names the flag on a bad value
+    elif how.choices:
+        out["type"] = type(how.choices[0])
+        out["choices"] = list(how.choices)
+    elif d.kind == "int":
+        out["type"] = (
+            _count(int(how.maximum or 1 << 30)) if how.minimum == 1 else _bounded_int(0, int(how.maximum or 0))
+        )
+    elif d.kind == "float":
+        out["type"] = _fraction if how.maximum == 1.0 else _nonnegative_float
+    return out
 
-    config = parse_speculative_config(args.speculative_config)
-    return dict(
-        enable_lora=args.enable_lora,
-        max_loras=args.max_loras,
-        max_lora_rank=args.max_lora_rank,
-        max_cpu_loras=args.max_cpu_loras,
-        lora_dtype=args.lora_dtype,
-        fully_sharded_loras=args.fully_sharded_loras,
-        speculative_config=config,
-        draft_spec=draft_spec_for(config),
-        cpu_offload_gb=args.cpu_offload_gb,
-    )
+
+def _declared_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """Every declared option of ``command`` (vllm_fleet/schema.py) as a flag."""
+    for d in schema.declared():
+        if d.cli and command in d.option.commands:
+            p.add_argument(d.cli, *d.option.short, **_flag_kwargs(d))
+
+
+def _json_value(d: schema.Declared, text: str) -> Any:
+    """A JSON option's value (``json_key``: that key of the object; None when it has none)."""
+    example = "e.g. '" + json.dumps({d.option.json_key: 1} if d.option.json_key else {"method": "ngram"}) + "'"
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise PlanError(str(d.cli), f"{text!r} is not JSON ({exc})", example) from exc
+    if not isinstance(value, dict):
+        raise PlanError(str(d.cli), f"{text!r} is not a JSON object", example)
+    return value.get(d.option.json_key) if d.option.json_key else value
+
+
+def _given(args: argparse.Namespace, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """The declared options the command line gives (``names``: only these)."""
+    out: dict[str, Any] = {}
+    for d in schema.declared():
+        value = getattr(args, d.name, None)
+        if value is None or (names is not None and d.name not in names):
+            continue
+        value = _json_value(d, value) if d.kind == "json" or d.option.json_key else value
+        if value is not None:
+            out[d.name] = value
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,29 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     est = sub.add_parser("estimate", help="per-GPU memory of one vLLM instance")
-    _common(est)
+    _common(est, "estimate")
     gpu = est.add_mutually_exclusive_group(required=True)
     gpu.add_argument("--gpu-memory-gib", type=_positive_float, help="total memory the driver reports per GPU, GiB")
     gpu.add_argument("--gpu", help=f"GPU name from the catalog ({', '.join(g.name for g in GPUS.values())})")
-    est.add_argument("--max-num-seqs", type=_count(LIMITS["max_num_seqs"]), default=None)
-    est.add_argument("--max-num-batched-tokens", type=_count(LIMITS["max_num_batched_tokens"]), default=None)
-    est.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
-    est.add_argument("--enforce-eager", action="store_true")
-    est.add_argument("--block-size", type=_count(LIMITS["block_size"]), default=None)
-    est.add_argument("--data-parallel-size", type=_count(LIMITS["data_parallel_size"]), default=1)
+    # What-ifs of one instance (the planner decides these for a plan).
     est.add_argument("--enable-expert-parallel", action="store_true")
-    est.add_argument("--enable-eplb", action="store_true", help="expert-parallel load balancing (as vllm serve's)")
-    est.add_argument(
-        "--eplb-config",
-        default=None,
-        help='as vllm serve\'s; the planner reads num_redundant_experts, e.g. {"num_redundant_experts": 32}',
-    )
-    est.add_argument(
-        "--all2all-backend",
-        choices=sorted(ALL2ALL_BACKENDS),
-        default=DEFAULT_ALL2ALL_BACKEND,
-        help="MoE all2all backend under DP x EP (as vllm serve's)",
-    )
     est.add_argument(
         "--nvlink",
         action=argparse.BooleanOptionalAction,
@@ -241,7 +212,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="GPUs linked by NVLink (default: the catalog's for --gpu, else yes); off: no custom all-reduce for TP > 2",
     )
     est.add_argument("--layer-partition", default=None, help="VLLM_PP_LAYER_PARTITION, e.g. 40,40")
-    est.add_argument("--vllm-version", default=CURRENT_VLLM, help="accounting of this vLLM release (default: current)")
     est.add_argument("--engine", choices=["v0", "v1"], default=None, help="override the engine the version implies")
     est.add_argument(
         "--kv-cache-memory-bytes",
@@ -249,15 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="as vllm serve's: the KV pool's size (vLLM then skips profiling-based sizing)",
     )
-    est.add_argument(
-        "--enable-prefix-caching",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="no memory of its own (stated in the assumptions)",
-    )
 
     plan = sub.add_parser("plan", help="choose the layout of a model on a cluster")
-    _common(plan)
+    _common(plan, "plan")
     plan.add_argument("--cluster", required=True, type=Path, help="YAML file with nodes: [{name, gpu, gpu_count}]")
     plan.add_argument(
         "--models",
@@ -275,11 +239,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --models: also write a Ray Serve LLM application config (one LLMConfig per model) "
         "that `serve deploy` accepts on a GPU cluster",
     )
-    plan.add_argument("--allow-cross-node-tp", action="store_true")
-    plan.add_argument("--max-num-seqs", type=_count(LIMITS["max_num_seqs"]), default=None)
-    plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
-    plan.add_argument("--enforce-eager", action="store_true")
-    plan.add_argument("--target-concurrency", type=_count(LIMITS["target_concurrency"]), default=None)
     plan.add_argument(
         "--strategy",
         action="append",
@@ -287,17 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["replicas", "tp", "pp", "dp_ep", "instances"],
         help="allowed strategies (repeat); default all",
     )
-    plan.add_argument(
-        "--multinode-backend",
-        choices=["auto", "ray", "native"],
-        default="auto",
-        help="how multi-node instances run (auto: native unless --ray-available or uneven nodes)",
-    )
     plan.add_argument("--ray-available", action="store_true", help="the serving image or venv has Ray")
-    plan.add_argument(
-        "--data-parallel-size", "-dp", type=_count(LIMITS["data_parallel_size"]), default=None, help="force DP ranks"
-    )
-    plan.add_argument("--vllm-version", default=None, help="the vLLM release that will run (default: current)")
     what = plan.add_mutually_exclusive_group()
     what.add_argument("--node", help="print this node's deployment record (JSON) instead of the plan")
     what.add_argument(
@@ -393,22 +342,6 @@ def _partition(text: str | None) -> list[int] | None:
         ) from exc
 
 
-def _redundant_experts(text: str | None) -> int:
-    """``num_redundant_experts`` of a ``--eplb-config`` JSON object (0 without one)."""
-    if not text:
-        return 0
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise PlanError("--eplb-config", f"'{text}' is not JSON", 'e.g. {"num_redundant_experts": 32}') from exc
-    if not isinstance(data, dict):
-        raise PlanError("--eplb-config", f"'{text}' is not a JSON object", 'e.g. {"num_redundant_experts": 32}')
-    value = data.get("num_redundant_experts", 0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PlanError("--eplb-config", f"num_redundant_experts must be an integer, got {value!r}", "e.g. 32")
-    return value
-
-
 def _extra_args(args: argparse.Namespace) -> tuple[str, ...]:
     """The vllm serve opt-ins the command line passes on (what vLLM's checks read)."""
     return (ALLOW_DEPRECATED,) if args.allow_deprecated_quantization else ()
@@ -417,42 +350,26 @@ def _extra_args(args: argparse.Namespace) -> tuple[str, ...]:
 def run_estimate(args: argparse.Namespace) -> int:
     spec = load_model(args.model)
     device = _device_from_args(args)
+    settings = Settings(
+        **_given(args, schema.serving_names()),
+        enable_expert_parallel=args.enable_expert_parallel,
+        layer_partition=_partition(args.layer_partition),
+        engine=args.engine,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(dict(args.env)),
+    )
     # What vLLM itself refuses at start-up (the planner's shorthands such as w4a16 stay
     # allowed here: an estimate may describe a checkpoint by its bytes).
     check_quantization_flag(
-        spec, args.quantization, rendered=False, vllm_version=args.vllm_version, extra_args=_extra_args(args)
+        spec, settings.quantization, rendered=False, vllm_version=settings.vllm_version, extra_args=_extra_args(args)
     )
-    refusal = vllm_refusal(spec, device, args.dtype, args.quantization, args.kv_cache_dtype, args.vllm_version)
+    refusal = vllm_refusal(
+        spec, device, settings.dtype, settings.quantization, settings.kv_cache_dtype, settings.vllm_version
+    )
     if refusal is not None:
         raise refusal
-    if args.max_model_len:
-        check_max_model_len(spec, args.max_model_len, dict(args.env))
-    settings = Settings(
-        tensor_parallel_size=args.tensor_parallel_size or 1,
-        pipeline_parallel_size=args.pipeline_parallel_size or 1,
-        data_parallel_size=args.data_parallel_size,
-        enable_expert_parallel=args.enable_expert_parallel,
-        gpu_memory_utilization=args.gpu_memory_utilization or 0.9,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        dtype=args.dtype,
-        quantization=args.quantization,
-        kv_cache_dtype=args.kv_cache_dtype,
-        enforce_eager=args.enforce_eager,
-        block_size=args.block_size,
-        layer_partition=_partition(args.layer_partition),
-        vllm_version=args.vllm_version,
-        engine=args.engine,
-        enable_eplb=args.enable_eplb,
-        num_redundant_experts=_redundant_experts(args.eplb_config),
-        all2all_backend=args.all2all_backend,
-        **_mm_settings(args),
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        enable_prefix_caching=args.enable_prefix_caching,
-        **_option_settings(args),
-        chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(dict(args.env)),
-    )
+    if settings.max_model_len:
+        check_max_model_len(spec, settings.max_model_len, dict(args.env))
     nvlink = args.nvlink
     if nvlink is None:
         gpu = lookup_gpu(args.gpu) if args.gpu else None
@@ -467,27 +384,12 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 def _wishes(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
-        max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        dtype=args.dtype,
-        quantization=args.quantization,
-        kv_cache_dtype=args.kv_cache_dtype,
-        tensor_parallel_size=args.tensor_parallel_size,
-        pipeline_parallel_size=args.pipeline_parallel_size,
-        allow_cross_node_tp=args.allow_cross_node_tp,
-        max_num_seqs=args.max_num_seqs,
-        enforce_eager=args.enforce_eager,
-        target_concurrency=args.target_concurrency,
+        **_given(args),
         strategies=tuple(args.strategy) if args.strategy else None,
         model_ref=args.model,
-        multinode_backend=args.multinode_backend,
-        data_parallel_size=args.data_parallel_size,
         ray_available=args.ray_available,
-        vllm_version=args.vllm_version,
         extra_env=dict(args.env),
         extra_args=_extra_args(args),
-        **_mm_settings(args),
-        **_option_settings(args),
     )
 
 
@@ -595,7 +497,7 @@ def run_plan(args: argparse.Namespace) -> int:
     spec = load_model(args.model)
     if args.diff:
         return run_diff(args, spec, cluster, _wishes(args))
-    wishes = Wishes(**{**_wishes(args), "vllm_version": args.vllm_version or CURRENT_VLLM})
+    wishes = Wishes(**_wishes(args))
     result = plan_cluster(spec, cluster, wishes)
     _with_extra_args(result, list(wishes.extra_args))
     if args.node:

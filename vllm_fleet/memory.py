@@ -28,7 +28,7 @@ against logs of older releases; plans always use the current accounting.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from vllm_fleet import options
@@ -61,7 +61,7 @@ from vllm_fleet.accounting.parts import (
     _stage_parts,
 )
 from vllm_fleet.accounting.settings import LIMITS, Device, Settings
-from vllm_fleet.accounting.towers import _mm_assumptions, _mm_parts, _mm_serve_args, _vision, _vision_weight_bytes
+from vllm_fleet.accounting.towers import _mm_assumptions, _mm_parts, _vision, _vision_weight_bytes
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.quantization import quant_file_config, quant_flag_matches
 from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, QuantSpec, quant_from_name
@@ -70,6 +70,7 @@ from vllm_fleet.multimodal import (
     encoder_profile,
     tower_loaded,
 )
+from vllm_fleet.schema import serve_args
 
 
 @dataclass
@@ -139,10 +140,8 @@ class Estimate:
     # One line per model- or option-specific part (the ``parts`` of the ranks): what the
     # planner assumed for it, e.g. "LoRA: 4 adapters x rank 16 buffers on every rank".
     assumptions: list[str] = field(default_factory=list)
-    # The multimodal vllm serve options the estimate was made with (render.vllm_args adds them).
-    mm_serve_args: list[str] = field(default_factory=list)
-    # The vllm serve flags of the options planned with (options.serve_args: LoRA,
-    # --speculative-config, --cpu-offload-gb), rendered into the plan's argv.
+    # The vllm serve flags of the declared options planned with (schema.serve_args: LoRA,
+    # --speculative-config, --enforce-eager...), rendered into the plan's argv.
     option_args: list[str] = field(default_factory=list)
 
     def _worst(self, key: str) -> float:
@@ -378,6 +377,9 @@ def estimate(
     """
     settings = settings or Settings()
     settings.validate()
+    if settings.draft_spec is None and settings.speculative_config:
+        # The draft model an EAGLE / draft_model config names, loaded like the model.
+        settings = replace(settings, draft_spec=options.draft_spec_for(settings.speculative_config))
     acct = Accounting.for_version(settings.vllm_version, settings.engine)
     tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
     dp = settings.data_parallel_size
@@ -690,8 +692,7 @@ def estimate(
         + assumptions
         + kv_assumptions
         + _llama4_assumptions(spec, layout, settings),
-        mm_serve_args=_mm_serve_args(settings) if spec.vision is not None or spec.vision_params else [],
-        option_args=options.serve_args(settings),
+        option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
 
 

@@ -30,13 +30,11 @@ from vllm_fleet.accounting.base import CURRENT_VLLM, Accounting
 from vllm_fleet.accounting.parts import _kv_layer_bytes, _layer_bytes, _stage_parts, _vocab_rows
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, load_model
+from vllm_fleet.schema import LORA_DTYPES, LORA_RANKS
 
 if TYPE_CHECKING:
     from vllm_fleet.accounting.settings import Settings
 
-# vLLM's LoRAConfig.max_lora_rank (MaxLoRARanks) and lora_dtype (LoRADType).
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-LORA_DTYPES = ("auto", "float16", "bfloat16")
 # LogitsProcessorWithLoRA.create_lora_weights refuses larger vocabularies.
 LORA_MAX_VOCAB = 258048
 # Model types whose vLLM class declares ``embedding_modules`` (embed_tokens / lm_head get
@@ -429,32 +427,6 @@ def assumptions(spec: ModelSpec, settings: Settings, sd: SpecDecode | None) -> l
             "change their state caching with it (modelled with the KV layout, not here)"
         )
     return lines
-
-
-def serve_args(settings: Settings) -> list[str]:
-    """The ``vllm serve`` flags of these options, as the plan renders them (the memory the
-    planner counted is the memory of exactly these flags)."""
-
-    args: list[str] = []
-    if settings.enable_lora:
-        args += [
-            "--enable-lora",
-            "--max-loras",
-            str(settings.max_loras),
-            "--max-lora-rank",
-            str(settings.max_lora_rank),
-        ]
-        if settings.max_cpu_loras is not None:
-            args += ["--max-cpu-loras", str(settings.max_cpu_loras)]
-        if settings.lora_dtype != "auto":
-            args += ["--lora-dtype", settings.lora_dtype]
-        if settings.fully_sharded_loras:
-            args.append("--fully-sharded-loras")
-    if settings.speculative_config is not None:
-        args += ["--speculative-config", json.dumps(settings.speculative_config, sort_keys=True, separators=(",", ":"))]
-    if settings.cpu_offload_gb:
-        args += ["--cpu-offload-gb", f"{settings.cpu_offload_gb:g}"]
-    return args
 
 
 def parse_speculative_config(text: str | None) -> dict[str, Any] | None:

@@ -27,7 +27,6 @@ def vllm_args(
     host: str,
     executor: str,
     device_kind: str,
-    quantization: str | None,
     dp_local: int | None = None,
 ) -> list[str]:
     """The exact ``vllm serve`` argument list for one instance. ``host``: the
@@ -66,13 +65,7 @@ def vllm_args(
         args += ["--distributed-executor-backend", "ray"]
     if est.dtype not in ("auto",) and est.dtype != "bfloat16":
         args += ["--dtype", est.dtype]
-    if quantization:
-        args += ["--quantization", quantization]
-    if est.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", est.kv_cache_dtype]
-    if est.enforce_eager:
-        args.append("--enforce-eager")
-    args += est.mm_serve_args
+    # The declared options the estimate was made with (vllm_fleet/schema.py serve_args).
     return args + est.option_args
 
 

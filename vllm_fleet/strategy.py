@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vllm_fleet.accounting.base import CURRENT_VLLM, GIB, known_release
+from vllm_fleet.accounting.base import GIB, known_release
 from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.accounting.settings import LIMITS, Device, Settings, check_count
@@ -35,6 +35,7 @@ from vllm_fleet.memory import Estimate, estimate, kv_heads_shard
 from vllm_fleet.model.quantization import check_quantization_flag
 from vllm_fleet.model_spec import ModelSpec, check_max_model_len
 from vllm_fleet.names import check_served_name
+from vllm_fleet.options import draft_spec_for
 from vllm_fleet.render import (
     DEFAULT_PORT,
     instance_env,
@@ -43,6 +44,7 @@ from vllm_fleet.render import (
     placement,
     vllm_args,
 )
+from vllm_fleet.schema import PlannerOptions, values_of
 
 __all__ = ["Wishes", "cluster_from_data", "load_cluster", "plan_cluster"]
 
@@ -51,31 +53,14 @@ MAX_PP_STAGES = 16
 
 
 @dataclass(frozen=True)
-class Wishes:
-    """What the operator asks for; None means "planner decides"."""
+class Wishes(PlannerOptions):
+    """What the operator asks for: the declared options (vllm_fleet/schema.py; None means "the
+    planner decides") and what the deployment hands the planner."""
 
-    max_model_len: int | None = None
-    gpu_memory_utilization: float | None = None
-    dtype: str = "auto"
-    quantization: str | None = None
-    kv_cache_dtype: str = "auto"
-    tensor_parallel_size: int | None = None
-    pipeline_parallel_size: int | None = None
-    allow_cross_node_tp: bool = False
-    max_num_seqs: int | None = None
-    enforce_eager: bool = False
-    target_concurrency: int | None = None
     strategies: tuple[str, ...] | None = None
     model_ref: str | None = None
     served_model_name: str | None = None
     port: int = DEFAULT_PORT
-    # The vLLM release that will run (image tag, venv pin, memory accounting).
-    vllm_version: str = CURRENT_VLLM
-    # Force data parallelism for a dense model: DP ranks of TP=1 behind one API server,
-    # across as many nodes as it takes (MoE models get DP + EP from dp_ep by themselves).
-    data_parallel_size: int | None = None
-    # How multi-node instances run: auto, ray or native (see choose_executor).
-    multinode_backend: str = "auto"
     # Whether the serving environment has Ray (an image built with it, or a venv that
     # gets it); None: unknown, auto then never picks Ray unless native cannot work.
     ray_available: bool | None = None
@@ -85,22 +70,8 @@ class Wishes:
     # The vllm serve arguments the deployment adds (vllm_fleet_extra_args): read by the
     # checks of vLLM's own opt-ins (--allow-deprecated-quantization); not rendered here.
     extra_args: tuple[str, ...] = ()
-    # Multimodal options (memory.Settings' fields of the same names; rendered into vllm serve).
-    limit_mm_per_prompt: dict[str, int] | None = None
-    mm_max_pixels: int | None = None
-    skip_mm_profiling: bool = False
-    mm_encoder_tp_mode: str = "weights"
-    # Options whose memory the planner models and whose flags the plan renders
-    # (memory.Settings has their meaning; vllm_fleet/options.py their memory).
-    enable_lora: bool = False
-    max_loras: int = 1
-    max_lora_rank: int = 16
-    max_cpu_loras: int | None = None
-    lora_dtype: str = "auto"
-    fully_sharded_loras: bool = False
-    speculative_config: Mapping[str, Any] | None = None
+    # The draft model speculative_config names (EAGLE / draft_model), loaded once by plan_cluster.
     draft_spec: ModelSpec | None = None
-    cpu_offload_gb: float = 0.0
 
     def allows(self, strategy: str) -> bool:
         allowed = self.strategies or ALL_STRATEGIES
@@ -188,33 +159,18 @@ class _Planner:
         max_model_len: int | None = None,
     ) -> Settings:
         w = self.wishes
+        chosen: dict[str, Any] = {
+            "tensor_parallel_size": tp,
+            "pipeline_parallel_size": pp,
+            "data_parallel_size": dp,
+            "gpu_memory_utilization": w.gpu_memory_utilization or 0.9,
+            "max_model_len": max_model_len or w.max_model_len,
+        }
         return Settings(
-            tensor_parallel_size=tp,
-            pipeline_parallel_size=pp,
-            data_parallel_size=dp,
+            **{**values_of(w), **chosen},
             enable_expert_parallel=ep,
-            gpu_memory_utilization=w.gpu_memory_utilization or 0.9,
-            max_model_len=max_model_len or w.max_model_len,
-            max_num_seqs=w.max_num_seqs,
-            dtype=w.dtype,
-            quantization=w.quantization,
-            kv_cache_dtype=w.kv_cache_dtype,
-            enforce_eager=w.enforce_eager,
             layer_partition=partition,
-            vllm_version=w.vllm_version,
-            limit_mm_per_prompt=w.limit_mm_per_prompt,
-            mm_max_pixels=w.mm_max_pixels,
-            skip_mm_profiling=w.skip_mm_profiling,
-            mm_encoder_tp_mode=w.mm_encoder_tp_mode,
-            enable_lora=w.enable_lora,
-            max_loras=w.max_loras,
-            max_lora_rank=w.max_lora_rank,
-            max_cpu_loras=w.max_cpu_loras,
-            lora_dtype=w.lora_dtype,
-            fully_sharded_loras=w.fully_sharded_loras,
-            speculative_config=dict(w.speculative_config) if w.speculative_config is not None else None,
             draft_spec=w.draft_spec,
-            cpu_offload_gb=w.cpu_offload_gb,
             chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(w.extra_env),
         )
 
@@ -812,7 +768,6 @@ def _instance_dict(
         host=head.address or head.name,
         executor=executor,
         device_kind=kind,
-        quantization=wishes.quantization,
         dp_local=inst[0][1] if cand.dp > 1 else None,
     )
     if kind == "cpu":
@@ -862,6 +817,8 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
     """Plan ``spec`` on ``nodes``; the dict is what ``plan --json`` prints."""
     wishes = wishes or Wishes()
     _check_wishes(spec, nodes, wishes)
+    if wishes.speculative_config and wishes.draft_spec is None:
+        wishes = replace(wishes, draft_spec=draft_spec_for(dict(wishes.speculative_config)))
     usable, refused = _nodes_vllm_runs_on(spec, nodes, wishes)
     planner = _Planner(spec, usable, wishes)
     if refused:

@@ -10,32 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_fleet import options
-from vllm_fleet.accounting.base import (
-    ALL2ALL_BACKENDS,
-    CURRENT_VLLM,
-    DEFAULT_ALL2ALL_BACKEND,
-)
+from vllm_fleet.accounting.base import ALL2ALL_BACKENDS
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import (
     ModelSpec,
 )
-from vllm_fleet.multimodal import (
-    parse_limits,
-)
+from vllm_fleet.multimodal import parse_limits
+from vllm_fleet.schema import DTYPES, KV_CACHE_DTYPES, LIMITS, MAX_GPU_MEMORY_GIB, ServingOptions
 
-# Upper bounds that keep the planner's loops and arithmetic small (a typo or a hostile
-# input answers in milliseconds with the field named, never a hang).
-LIMITS: dict[str, int] = {
-    "tensor_parallel_size": 1024,
-    "pipeline_parallel_size": 1024,
-    "data_parallel_size": 1024,
-    "max_model_len": 10**8,
-    "max_num_seqs": 1 << 20,
-    "max_num_batched_tokens": 10**8,
-    "block_size": 1 << 16,
-    "target_concurrency": 10**9,
-}
-MAX_GPU_MEMORY_GIB = 4096.0
+__all__ = ["LIMITS", "MAX_GPU_MEMORY_GIB", "Device", "Settings", "check_count"]
 
 
 def check_count(value: Any, flag: str, maximum: int, required: bool = False) -> None:
@@ -52,52 +35,24 @@ def check_count(value: Any, flag: str, maximum: int, required: bool = False) -> 
         )
 
 
-@dataclass
-class Settings:
-    """The ``vllm serve`` options that change memory, with vLLM's defaults."""
+@dataclass(frozen=True)
+class Settings(ServingOptions):
+    """One instance's ``vllm serve`` options as the memory model reads them: the declared
+    options (vllm_fleet/schema.py) with the layout the planner chose filled in, and what only
+    the accounting reads."""
 
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
-    enable_expert_parallel: bool = False
     gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    dtype: str = "auto"
-    quantization: str | None = None
-    kv_cache_dtype: str = "auto"
-    enforce_eager: bool = False
-    block_size: int | None = None
+    enable_expert_parallel: bool = False
     layer_partition: list[int] | None = None
+    # As vllm serve --kv-cache-memory-bytes: the KV pool's size (the plan renders it for the CPU
+    # build, whose KV pool the planner sizes).
     kv_cache_memory_bytes: int | None = None
-    vllm_version: str = CURRENT_VLLM
     engine: str | None = None
-    # Expert parallelism (ParallelConfig): --enable-eplb, --eplb-config '{"num_redundant_experts": N}'
-    # and --all2all-backend.
-    enable_eplb: bool = False
-    num_redundant_experts: int = 0
-    all2all_backend: str = DEFAULT_ALL2ALL_BACKEND
-    # Multimodal models (multimodal.py): --limit-mm-per-prompt counts (0 for every modality of
-    # a tower: not built, not profiled), --mm-processor-kwargs '{"max_pixels": N}',
-    # --skip-mm-profiling and --mm-encoder-tp-mode.
-    limit_mm_per_prompt: dict[str, int] | None = None
-    mm_max_pixels: int | None = None
-    skip_mm_profiling: bool = False
-    mm_encoder_tp_mode: str = "weights"
-    # Options users turn on; vllm_fleet/options.py models their memory. ``speculative_config``
-    # is vllm serve's --speculative-config JSON; ``draft_spec`` the draft model it names
-    # (EAGLE / draft_model), resolved by the caller with load_model.
-    enable_lora: bool = False
-    max_loras: int = 1
-    max_lora_rank: int = 16
-    max_cpu_loras: int | None = None
-    lora_dtype: str = "auto"
-    fully_sharded_loras: bool = False
-    speculative_config: dict[str, Any] | None = None
+    # The draft model speculative_config names (EAGLE / draft_model); None: estimate loads it.
     draft_spec: ModelSpec | None = None
-    cpu_offload_gb: float = 0.0
-    enable_prefix_caching: bool | None = None
     # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE (vllm/envs.py, "1" by default in 0.32):
     # with 0, VllmConfig.__post_init__ turns the hybrid KV cache manager off for models with
     # chunked local attention (Llama 4), and every layer then keeps the whole sequence.
@@ -125,15 +80,16 @@ class Settings:
         if self.kv_cache_memory_bytes is not None:
             check_count(self.kv_cache_memory_bytes, "--kv-cache-memory-bytes", 1 << 50)
         if self.limit_mm_per_prompt is not None:
-            self.limit_mm_per_prompt = parse_limits(self.limit_mm_per_prompt)
+            # Normalized once, where vLLM parses it (the dataclass is otherwise frozen).
+            object.__setattr__(self, "limit_mm_per_prompt", parse_limits(self.limit_mm_per_prompt))
         check_count(self.mm_max_pixels, "--mm-processor-kwargs max_pixels", 1 << 36)
         if self.mm_encoder_tp_mode not in ("weights", "data"):
             raise PlanError(
                 "--mm-encoder-tp-mode", f"must be weights or data, got {self.mm_encoder_tp_mode!r}", "use weights"
             )
-        if self.dtype not in ("auto", "bfloat16", "float16", "float32", "half", "float"):
+        if self.dtype not in DTYPES:
             raise PlanError("--dtype", f"unknown dtype '{self.dtype}'", "use auto, bfloat16, float16 or float32")
-        if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"):
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise PlanError(
                 "--kv-cache-dtype",
                 f"unknown KV cache dtype '{self.kv_cache_dtype}'",

@@ -6,7 +6,6 @@ Pure Python, no torch or vLLM import.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -54,19 +53,6 @@ def _vision_weight_bytes(spec: ModelSpec, vision: VisionSpec, tp: int, db: float
     found = (spec.file_bytes or {}).get("vision", 0)
     scale = found / total if found and total else 1.0
     return (shard / split + repl) * db * scale
-
-
-def _mm_serve_args(settings: Settings) -> list[str]:
-    args: list[str] = []
-    if settings.limit_mm_per_prompt is not None:
-        args += ["--limit-mm-per-prompt", json.dumps(settings.limit_mm_per_prompt, separators=(",", ":"))]
-    if settings.mm_max_pixels:
-        args += ["--mm-processor-kwargs", json.dumps({"max_pixels": settings.mm_max_pixels})]
-    if settings.skip_mm_profiling:
-        args.append("--skip-mm-profiling")
-    if settings.mm_encoder_tp_mode != "weights":
-        args += ["--mm-encoder-tp-mode", settings.mm_encoder_tp_mode]
-    return args
 
 
 def _mm_parts(info: dict[str, Any]) -> dict[str, float]:
