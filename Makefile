@@ -32,7 +32,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers lint up down ssh bench bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers docs lint up down ssh bench bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ plan: $(STAMP)
 
 doctor: $(STAMP)
 	$(BIN)/vllm-fleet doctor -i $(INVENTORY)
+
+# The README's inventory table, from the declarations (a unit test keeps them equal).
+docs: $(STAMP)
+	$(BIN)/python -m vllm_fleet.interface README.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check vllm_fleet tests plugins roles

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from vllm_fleet import schema
 from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.accounting.settings import LIMITS
@@ -301,8 +302,8 @@ def load_wishes(path: Path) -> list[ModelWish]:
 # its own entry says otherwise; the rest (served name, layout, concurrency, quantization) is
 # each model's own.
 SHARED_WISHES = (
-    "max_model_len", "gpu_memory_utilization", "dtype", "kv_cache_dtype", "max_num_seqs", "enforce_eager",
-    "vllm_version", "multinode_backend", "allow_cross_node_tp", "extra_args", "extra_env", "ray_available",
+    *(d.name for d in schema.declared() if not d.option.per_model),
+    "extra_args", "extra_env", "ray_available",
 )  # fmt: skip
 
 

@@ -50,7 +50,7 @@ _SERVER_KEYS = ("venv", "state_dir", "config_dir")
 SESSION_DIR = "/var/lib/vllm-fleet/ray-session"
 # Serving options the launches take from the settings (vllm_fleet/serve.py ServeOptions).
 _SERVE_KEYS = (
-    "master_port", "dp_rpc_port", "enable_prefix_caching", "enable_chunked_prefill", "trust_remote_code",
+    "master_port", "dp_rpc_port", "enable_chunked_prefill", "trust_remote_code",
     "tool_call_parser", "reasoning_parser", "extra_args", "extra_env",
 )  # fmt: skip
 # A record's shape: raised when a part changes meaning (the deployment's is DEPLOYMENT_FORMAT).

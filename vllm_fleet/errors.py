@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from vllm_fleet import schema
+
 
 class PlanError(ValueError):
     """A request the planner cannot honour.
@@ -35,27 +37,9 @@ class NothingFitsError(PlanError):
 # One input, two names: the ``vllm-fleet`` flag and the inventory variable. Refusals are
 # raised with the flag (or the bare wish name); the edges rename them: the CLI prints
 # flags (:func:`for_cli`), the Ansible filters print inventory variables (:func:`for_inventory`).
-_NAMES: tuple[tuple[str, str, str], ...] = (
-    # (bare wish name, CLI flag, inventory variable)
-    ("model", "--model", "vllm_fleet_model"),
-    ("max_model_len", "--max-model-len", "vllm_fleet_max_model_len"),
-    ("gpu_memory_utilization", "--gpu-memory-utilization", "vllm_fleet_gpu_memory_utilization"),
-    ("dtype", "--dtype", "vllm_fleet_dtype"),
-    ("quantization", "--quantization", "vllm_fleet_quantization"),
-    ("kv_cache_dtype", "--kv-cache-dtype", "vllm_fleet_kv_cache_dtype"),
-    ("tensor_parallel_size", "--tensor-parallel-size", "vllm_fleet_tensor_parallel_size"),
-    ("pipeline_parallel_size", "--pipeline-parallel-size", "vllm_fleet_pipeline_parallel_size"),
-    ("data_parallel_size", "--data-parallel-size", "vllm_fleet_data_parallel_size"),
-    ("allow_cross_node_tp", "--allow-cross-node-tp", "vllm_fleet_allow_cross_node_tp"),
-    ("max_num_seqs", "--max-num-seqs", "vllm_fleet_max_num_seqs"),
-    ("enforce_eager", "--enforce-eager", "vllm_fleet_enforce_eager"),
-    ("target_concurrency", "--target-concurrency", "vllm_fleet_target_concurrency"),
-    ("vllm_version", "--vllm-version", "vllm_fleet_vllm_version"),
-    ("multinode_backend", "--multinode-backend", "vllm_fleet_multinode_backend"),
-    ("extra_env", "--env", "vllm_fleet_extra_env"),
-    ("allow_deprecated_quantization", "--allow-deprecated-quantization",
-     "'--allow-deprecated-quantization' in vllm_fleet_extra_args"),
-)  # fmt: skip
+# (bare wish name, CLI flag, inventory variable) of every declared option (vllm_fleet/schema.py)
+# and of the few other inputs refusals name.
+_NAMES = schema.names()
 _TO_INVENTORY = {flag: var for _, flag, var in _NAMES} | {bare: var for bare, _, var in _NAMES}
 _TO_CLI = {var: flag for _, flag, var in _NAMES} | {bare: flag for bare, flag, _ in _NAMES}
 _FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z-]*[a-z])(?![\w-])")

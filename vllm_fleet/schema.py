@@ -76,6 +76,8 @@ class Option:
     multimodal: bool = False  # rendered for multimodal models only
     json_key: str = ""  # the flag takes a JSON object; this option is the value of this key
     commands: tuple[str, ...] = ("estimate", "plan")  # vllm-fleet commands with the flag
+    # With vllm_fleet_models, each model's own (the deployment-wide value does not apply to it).
+    per_model: bool = False
     metavar: str | None = None
 
 
@@ -117,6 +119,7 @@ class ServingOptions:
         minimum=1,
         maximum=LIMITS["tensor_parallel_size"],
         memory="weights and KV heads per GPU",
+        per_model=True,
     )
     pipeline_parallel_size: int | None = opt(
         None,
@@ -127,6 +130,7 @@ class ServingOptions:
         minimum=1,
         maximum=LIMITS["pipeline_parallel_size"],
         memory="layers per stage",
+        per_model=True,
     )
     data_parallel_size: int | None = opt(
         None,
@@ -137,11 +141,12 @@ class ServingOptions:
         minimum=1,
         maximum=LIMITS["data_parallel_size"],
         memory="one copy per rank",
+        per_model=True,
     )
     max_num_seqs: int | None = opt(
         None,
         "--max-num-seqs",
-        "as vllm serve --max-num-seqs",
+        "sequences in one batch (default: vLLM's)",
         render="planned",
         minimum=1,
         maximum=LIMITS["max_num_seqs"],
@@ -155,8 +160,9 @@ class ServingOptions:
     quantization: str | None = opt(
         None,
         "--quantization",
-        "as vllm serve --quantization (fp8, awq, gptq, compressed-tensors, mxfp4, ...)",
+        "weights quantization (fp8, awq, gptq, compressed-tensors, mxfp4, ...; default: the checkpoint's)",
         memory="bytes per weight, as vLLM resolves the method",
+        per_model=True,
     )
     kv_cache_dtype: str = opt(
         "auto",
@@ -249,10 +255,11 @@ class ServingOptions:
     speculative_config: dict[str, Any] | None = opt(
         None,
         "--speculative-config",
-        "as vllm serve's, e.g. {method: ngram, num_speculative_tokens: 3, "
+        "speculative decoding, e.g. {method: ngram, num_speculative_tokens: 3, "
         "prompt_lookup_max: 3}, {method: mtp} or {method: eagle3, model: <draft>, num_speculative_tokens: 3}",
         metavar="JSON",
         memory="the draft's weights and KV layers, larger CUDA graph batches",
+        per_model=True,
     )
     cpu_offload_gb: float = opt(
         0.0,
@@ -336,6 +343,7 @@ class PlannerOptions(ServingOptions):
         minimum=1,
         maximum=LIMITS["target_concurrency"],
         commands=("plan",),
+        per_model=True,
     )
     multinode_backend: str = opt(
         "auto", None, "auto, ray or native: how multi-node instances run (auto: native unless Ray is available "

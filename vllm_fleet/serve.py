@@ -34,12 +34,12 @@ DEFAULT_DP_RPC_PORT = 13345
 @dataclass
 class ServeOptions:
     """Serving wishes that do not change the memory plan (the inventory's
-    ``vllm_fleet_*`` variables of the same names)."""
+    ``vllm_fleet_*`` variables of the same names); those the planner models are in the plan's
+    arguments already (vllm_fleet/schema.py)."""
 
     model: str | None = None
     master_port: int = DEFAULT_MASTER_PORT
     dp_rpc_port: int = DEFAULT_DP_RPC_PORT
-    enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
     trust_remote_code: bool = False
     tool_call_parser: str | None = None
@@ -56,7 +56,7 @@ class ServeOptions:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise PlanError("serve options", f"unknown option(s) {unknown}", f"use one of {sorted(known)}")
-        for key in ("enable_prefix_caching", "enable_chunked_prefill", "trust_remote_code"):
+        for key in ("enable_chunked_prefill", "trust_remote_code"):
             if isinstance(raw.get(key), str):
                 raw[key] = raw[key].strip().lower() in ("1", "true", "yes", "on")
         for key in ("master_port", "dp_rpc_port", "cpu_cores", "ray_port"):
@@ -86,8 +86,6 @@ class ServeOptions:
 
 def _common_flags(opts: ServeOptions) -> list[str]:
     args: list[str] = []
-    if opts.enable_prefix_caching is not None:
-        args.append("--enable-prefix-caching" if opts.enable_prefix_caching else "--no-enable-prefix-caching")
     if opts.enable_chunked_prefill is not None:
         args.append("--enable-chunked-prefill" if opts.enable_chunked_prefill else "--no-enable-chunked-prefill")
     if opts.trust_remote_code:

@@ -19,7 +19,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import deploy, deployment, doctor, interface, nccl, preview, serve
+from vllm_fleet import deploy, deployment, doctor, interface, nccl, preview, schema, serve
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.allocate import allocate, combined_plan, wishes_from_data
 from vllm_fleet.cluster import cluster_from_data
@@ -49,11 +49,11 @@ options:
     type: str
     required: true
   wishes:
-    description: Optional keys max_model_len, gpu_memory_utilization, dtype, quantization, kv_cache_dtype,
-      tensor_parallel_size, pipeline_parallel_size, allow_cross_node_tp, max_num_seqs, enforce_eager,
-      target_concurrency, strategies, served_model_name, port, extra_env (the environment vLLM runs with,
-      which its start-up checks read, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN), extra_args (the vllm serve
-      arguments every node adds, e.g. --allow-deprecated-quantization).
+    description: Every option vllm_fleet/schema.py declares (the inventory's vllm_fleet_<name> without the
+      prefix, checked as the inventory variable is), and strategies, model_ref, served_model_name, port,
+      ray_available, extra_env (the environment vLLM runs with, which its start-up checks read, e.g.
+      VLLM_ALLOW_LONG_MAX_MODEL_LEN), extra_args (the vllm serve arguments every node adds, e.g.
+      --allow-deprecated-quantization).
     type: dict
 """
 
@@ -73,60 +73,31 @@ _value:
   type: dict
 """
 
-_WISH_KEYS = {
-    "max_model_len",
-    "gpu_memory_utilization",
-    "dtype",
-    "quantization",
-    "kv_cache_dtype",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "allow_cross_node_tp",
-    "max_num_seqs",
-    "enforce_eager",
-    "target_concurrency",
-    "strategies",
-    "served_model_name",
-    "port",
-    "model_ref",
-    "vllm_version",
-    "multinode_backend",
-    "data_parallel_size",
-    "ray_available",
-    "extra_env",
-    "extra_args",
-}
+# The wishes: every declared option (vllm_fleet/schema.py) and what the deployment hands the planner.
+_WISH_KEYS = frozenset(Wishes.__dataclass_fields__) - {"draft_spec"}
 
 
 def _clean(wishes: dict[str, Any] | None) -> dict[str, Any]:
     data = {k: v for k, v in (wishes or {}).items() if v is not None and v not in ("", "None")}
-    for key in ("allow_cross_node_tp", "enforce_eager", "ray_available"):
-        if isinstance(data.get(key), str):
-            data[key] = data[key].strip().lower() in ("1", "true", "yes", "on")
     unknown = set(data) - _WISH_KEYS
     if unknown:
         raise AnsibleFilterError(
             f"vllm_fleet_plan: unknown wish(es) {sorted(unknown)}; fix: use only {sorted(_WISH_KEYS)}"
         )
+    for key, value in data.items():
+        if key in schema.by_name():
+            # Checked and typed as the inventory variable of the same name is.
+            data[key] = interface.coerce(key, value)
     for key in ("strategies", "extra_args"):
         if key in data:
             data[key] = tuple(data[key])
-    for key in (
-        "max_model_len",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "data_parallel_size",
-        "max_num_seqs",
-        "target_concurrency",
-        "port",
-    ):
-        if key in data:
-            try:
-                data[key] = int(data[key])
-            except (TypeError, ValueError) as exc:
-                raise AnsibleFilterError(f"vllm_fleet_plan: {key}: '{data[key]}' is not an integer") from exc
-    if "gpu_memory_utilization" in data:
-        data["gpu_memory_utilization"] = float(data["gpu_memory_utilization"])
+    if isinstance(data.get("ray_available"), str):
+        data["ray_available"] = data["ray_available"].strip().lower() in ("1", "true", "yes", "on")
+    if "port" in data:
+        try:
+            data["port"] = int(data["port"])
+        except (TypeError, ValueError) as exc:
+            raise AnsibleFilterError(f"vllm_fleet_plan: port: '{data['port']}' is not an integer") from exc
     return data
 
 

@@ -121,9 +121,11 @@ def test_every_default_passes_its_own_type(var: interface.Var) -> None:
 def test_declarations_are_well_formed() -> None:
     names = [v.full for v in interface.VARIABLES]
     assert len(names) == len(set(names)) == len(interface.BY_NAME)
-    assert {v.type for v in interface.VARIABLES} <= {"str", "int", "float", "bool", "list", "dict", "choice", "models"}
+    kinds = {"str", "int", "float", "bool", "list", "dict", "json", "choice", "models"}
+    assert {v.type for v in interface.VARIABLES} <= kinds
     assert {v.scope for v in interface.VARIABLES} == {"all", "node", "all/node"}
-    assert all(bool(v.choices) == (v.type == "choice") for v in interface.VARIABLES)
+    assert all(bool(v.choices) for v in interface.VARIABLES if v.type == "choice")
+    assert all(v.type in ("choice", "int") for v in interface.VARIABLES if v.choices)  # an int: max_lora_rank
     assert not set(names) & interface.DERIVED
 
 
@@ -221,6 +223,13 @@ def test_markdown_rows_are_one_table_row_per_variable() -> None:
     assert all(row.count("|") == 6 for row in rows)  # no stray pipe in a meaning
     assert "| `vllm_fleet_port` | int | `8000` | all | first vLLM port on each node |" in rows
     assert "| `vllm_fleet_build_model` | bool | `false` | all |" in next(r for r in rows if "build_model`" in r)
+
+
+def test_readme_inventory_table_is_the_generated_one() -> None:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(interface.README_BEGIN)
+    end = text.index(interface.README_END) + len(interface.README_END)
+    assert text[start:end] == interface.readme_table(), "README.md's inventory table is out of date: run make docs"
 
 
 def test_readme_inventory_table_lists_exactly_the_declared_variables() -> None:

@@ -204,9 +204,9 @@ def test_cpu_binding(ranks: int, cores: int, expected: str) -> None:
 
 
 def test_serving_options_become_flags() -> None:
-    plan = _plan("meta-llama/Llama-3.1-8B-Instruct", "2x8xa800.yml", max_model_len=8192)
+    # Prefix caching is a declared option (vllm_fleet/schema.py): the plan renders it.
+    plan = _plan("meta-llama/Llama-3.1-8B-Instruct", "2x8xa800.yml", max_model_len=8192, enable_prefix_caching=True)
     opts = {
-        "enable_prefix_caching": "true",
         "enable_chunked_prefill": False,
         "trust_remote_code": True,
         "tool_call_parser": "llama3_json",
@@ -216,8 +216,9 @@ def test_serving_options_become_flags() -> None:
     }
     launch = launches(plan["instances"], plan["instances"][0]["head_node"], opts)[0]
     planned = plan["instances"][0]["vllm_args"]
+    assert planned[-1] == "--enable-prefix-caching"
     assert launch["argv"] == ["vllm", *planned,
-        "--enable-prefix-caching", "--no-enable-chunked-prefill", "--trust-remote-code",
+        "--no-enable-chunked-prefill", "--trust-remote-code",
         "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json", "--seed", "7",
     ]  # fmt: skip
     assert launch["env"]["VLLM_LOGGING_LEVEL"] == "DEBUG"

@@ -7,5 +7,5 @@ together per rank (``estimate``). In import order:
 * ``refusal``: what vLLM refuses before counting memory (dtype, quantization, capability);
 * ``kv``: the KV cache's layout, block and page sizes, and the tokens the pool holds;
 * ``activation``: the profile pass's activations, all2all buffers, non-torch memory, CUDA graphs;
-* ``towers``: multimodal towers' weights, encoder cache and serve flags.
+* ``towers``: multimodal towers' weights and encoder cache.
 """
