@@ -68,9 +68,6 @@ def _count(maximum: int) -> Callable[[str], int]:
     return parse
 
 
-_positive_int = _count(1 << 30)
-
-
 def _fraction(text: str) -> float:
     try:
         value = float(text)

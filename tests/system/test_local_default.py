@@ -10,7 +10,8 @@ Secrets and exposure on the same deployment:
   and the key shows nowhere;
 * the verify phase at -vvv while every process's command line and environment are sampled
   (secrets_watch.py) never shows the key.
-A second run changes nothing; teardown stops all three."""
+A second run changes nothing; an inventory turning on n-gram speculative decoding serves with
+it and vLLM's KV tokens equal the plan's; teardown stops all three."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tests.system.test_site_on_hosts import _recap
 
 INVENTORY = ROOT / "inventories/local"
 VLLM = b"/opt/vllm-fleet/vllm/bin/vllm"
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 
 
 def _listening(port: int) -> bool:
@@ -119,6 +121,23 @@ def test_local_default_serves_verifies_and_never_shows_the_key(tmp_path: Path) -
         again = run_playbook("site.yml", INVENTORY, "-e", artifacts, *with_vault, env=env, timeout=900)
         assert again.returncode == 0, failures(again)
         assert _recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-4000:]
+
+        # An option only the CLI reached before issue 30, now from an inventory (one more source
+        # next to the local one): n-gram speculative decoding. It plans, serves (vLLM runs with
+        # the rendered --speculative-config) and vLLM's KV tokens are the plan's.
+        ngram = tmp_path / "ngram.yml"
+        ngram.write_text(json.dumps({"all": {"vars": {"vllm_fleet_speculative_config": NGRAM}}}))
+        spec = run_playbook(
+            "site.yml", INVENTORY, "-i", str(ngram), "--tags", "serve,verify", "-e", artifacts, *with_vault, env=env
+        )
+        assert spec.returncode == 0, failures(spec)
+        planned = json.loads((tmp_path / "artifacts/plan.json").read_text())["instances"][0]["vllm_args"]
+        rendered = json.dumps(NGRAM, sort_keys=True, separators=(",", ":"))
+        assert planned[planned.index("--speculative-config") + 1] == rendered, planned
+        assert any(rendered.encode() in p.cmdline for p in holders(token.encode()).values()), "vLLM runs without it"
+        rows = json.loads((tmp_path / "artifacts/verify.json").read_text())
+        assert [(r["via"], r["ok"]) for r in rows] == [("gateway", True), ("direct", True)], rows
+        assert rows[1]["kv"]["verdict"] == "match", rows[1]
     finally:
         down = run_playbook("playbooks/teardown.yml", INVENTORY)
         assert down.returncode == 0, failures(down)
