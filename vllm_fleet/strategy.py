@@ -21,14 +21,12 @@ then more instances (DP ranks count as instances), then more KV tokens.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vllm_fleet.accounting.base import GIB, known_release
 from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
-from vllm_fleet.accounting.refusal import vllm_refusal
-from vllm_fleet.accounting.settings import LIMITS, Device, Settings, check_count
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.memory import Estimate, estimate, kv_heads_shard
@@ -36,52 +34,21 @@ from vllm_fleet.model.quantization import check_quantization_flag
 from vllm_fleet.model_spec import ModelSpec, check_max_model_len
 from vllm_fleet.names import check_served_name
 from vllm_fleet.options import draft_spec_for
+from vllm_fleet.planning.checks import check_wishes, nodes_vllm_runs_on, valid_tps
+from vllm_fleet.planning.executor import choose_executor
+from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
 from vllm_fleet.render import (
-    DEFAULT_PORT,
     instance_env,
     is_custom_partition,
     node_env,
     placement,
     vllm_args,
 )
-from vllm_fleet.schema import PlannerOptions, values_of
+from vllm_fleet.schema import values_of
 
-__all__ = ["Wishes", "cluster_from_data", "load_cluster", "plan_cluster"]
+__all__ = ["ALL_STRATEGIES", "Wishes", "choose_executor", "cluster_from_data", "load_cluster", "plan_cluster"]
 
-ALL_STRATEGIES = ("replicas", "tp", "pp", "dp_ep", "instances")
 MAX_PP_STAGES = 16
-
-
-@dataclass(frozen=True)
-class Wishes(PlannerOptions):
-    """What the operator asks for: the declared options (vllm_fleet/schema.py; None means "the
-    planner decides") and what the deployment hands the planner."""
-
-    strategies: tuple[str, ...] | None = None
-    model_ref: str | None = None
-    served_model_name: str | None = None
-    port: int = DEFAULT_PORT
-    # Whether the serving environment has Ray (an image built with it, or a venv that
-    # gets it); None: unknown, auto then never picks Ray unless native cannot work.
-    ray_available: bool | None = None
-    # The environment vLLM runs with (vllm_fleet_extra_env): what vLLM's own start-up
-    # checks read, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN.
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    # The vllm serve arguments the deployment adds (vllm_fleet_extra_args): read by the
-    # checks of vLLM's own opt-ins (--allow-deprecated-quantization); not rendered here.
-    extra_args: tuple[str, ...] = ()
-    # The draft model speculative_config names (EAGLE / draft_model), loaded once by plan_cluster.
-    draft_spec: ModelSpec | None = None
-
-    def allows(self, strategy: str) -> bool:
-        allowed = self.strategies or ALL_STRATEGIES
-        if strategy in ("replicas", "instances"):
-            return "replicas" in allowed or "instances" in allowed or "tp" in allowed
-        if strategy in ("pp", "pp_mixed"):
-            return "pp" in allowed
-        if strategy == "tp_cross_node":
-            return "tp" in allowed
-        return strategy in allowed
 
 
 @dataclass
@@ -118,20 +85,6 @@ class Candidate:
         units = sum(max(e.data_parallel_size, 1) for e in self.estimates)
         kv = sum(e.kv_cache_tokens * max(e.data_parallel_size, 1) for e in self.estimates)
         return (int(fits), meets, -self.hops, units, -self.pp, kv)
-
-
-def _valid_tps(spec: ModelSpec, max_tp: int) -> list[int]:
-    heads = spec.num_attention_heads
-    out = []
-    for tp in range(1, max_tp + 1):
-        if heads % tp:
-            continue
-        if not kv_heads_shard(spec, tp):
-            continue
-        if tp & (tp - 1) and tp not in (3, 6, 12):  # keep powers of two and a few common others
-            continue
-        out.append(tp)
-    return out
 
 
 class _Planner:
@@ -644,7 +597,7 @@ class _Planner:
         hints = []
         biggest = max(self.nodes, key=lambda n: n.gpu_memory_gib * n.gpu_count)
         dev = biggest.device()
-        tp = max(t for t in _valid_tps(self.spec, biggest.gpu_count))
+        tp = max(t for t in valid_tps(self.spec, biggest.gpu_count))
         base = estimate(self.spec, dev, self._settings(tp, 1))
         if 256 <= base.max_model_len_fit < base.max_model_len and base.ranks[0].available_kv_gib > 0 and not base.fits:
             hints.append(f"--max-model-len {base.max_model_len_fit // 256 * 256} on one {dev.name} node")
@@ -657,46 +610,6 @@ class _Planner:
         gpus = int(per_gpu_need / usable) + 1 if usable > 0 else 0
         hints.append(f"about {max(gpus, 2)} GPUs of {dev.total_gib:.0f} GiB for the weights plus KV cache")
         return "; or ".join(hints)
-
-
-BACKENDS = ("auto", "ray", "native")
-
-
-def choose_executor(name: str, gpus_per_node: dict[str, int], dp: int, wishes: Wishes) -> tuple[str, str]:
-    """How one instance runs, and why: ``mp`` (one node, vLLM's own processes),
-    ``dp`` (DP ranks on every node, the others headless), ``native`` (``--nnodes``,
-    no Ray) or ``ray`` (``--distributed-executor-backend ray`` on the head)."""
-    backend = wishes.multinode_backend
-    if backend not in BACKENDS:
-        raise PlanError(
-            "vllm_fleet_multinode_backend",
-            f"must be one of {list(BACKENDS)}, got {backend!r}",
-            "use auto, ray (vLLM on a Ray cluster) or native (vllm serve --nnodes on every node)",
-        )
-    if len(gpus_per_node) == 1:
-        return "mp", "one node: vLLM's own worker processes, no Ray"
-    if dp > 1:
-        return "dp", "DP across nodes: each node runs its local DP ranks, the head answers HTTP, no Ray"
-    even = len(set(gpus_per_node.values())) == 1
-    if backend == "native":
-        if not even:
-            raise PlanError(
-                "vllm_fleet_multinode_backend",
-                f"native needs the same GPU count on every node of {name} (vLLM: world_size % nnodes == 0), "
-                f"the plan has {gpus_per_node}",
-                "set vllm_fleet_multinode_backend: ray (or auto), or give the instance nodes of one size",
-            )
-        return "native", "vllm_fleet_multinode_backend: native (vllm serve --nnodes on every node, no Ray)"
-    if backend == "ray":
-        return "ray", "vllm_fleet_multinode_backend: ray (vLLM places its ranks on the Ray cluster)"
-    if not even:
-        return "ray", (
-            f"native multi-node needs the same GPU count on every node, the stages hold {gpus_per_node}: "
-            "Ray places the ranks"
-        )
-    if wishes.ray_available:
-        return "ray", "the serving environment has Ray (a derived image with Ray pinned): Ray places the ranks"
-    return "native", "no Ray in the serving environment: vLLM's own multi-node mode (--nnodes/--node-rank), no Ray"
 
 
 def _instance_dict(
@@ -816,10 +729,10 @@ def _stage_ranks(est: Estimate, count: int, dp: bool) -> list[Any]:
 def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = None) -> dict[str, Any]:
     """Plan ``spec`` on ``nodes``; the dict is what ``plan --json`` prints."""
     wishes = wishes or Wishes()
-    _check_wishes(spec, nodes, wishes)
+    check_wishes(spec, nodes, wishes)
     if wishes.speculative_config and wishes.draft_spec is None:
         wishes = replace(wishes, draft_spec=draft_spec_for(dict(wishes.speculative_config)))
-    usable, refused = _nodes_vllm_runs_on(spec, nodes, wishes)
+    usable, refused = nodes_vllm_runs_on(spec, nodes, wishes)
     planner = _Planner(spec, usable, wishes)
     if refused:
         planner.warnings.append(f"left out {', '.join(refused)}: {refused[next(iter(refused))]}")
@@ -883,108 +796,3 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
         "ranking": "fits > meets target concurrency > fewer cross-node hops > more instances > "
         "fewer pipeline stages > more KV tokens",
     }
-
-
-def _check_wishes(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
-    """The wishes' types and ranges, and the requests vLLM itself would refuse."""
-    util = wishes.gpu_memory_utilization
-    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
-        raise PlanError(
-            "gpu_memory_utilization",
-            f"must be in (0, 1], got {util!r}",
-            "use a fraction such as 0.9",
-        )
-    for name in (
-        "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_num_seqs",
-        "target_concurrency",
-    ):  # fmt: skip
-        check_count(getattr(wishes, name), name, LIMITS[name])
-    port = wishes.port
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise PlanError("vllm_fleet_port", f"must be a port (1 to 65535), got {port!r}", "e.g. 8000")
-    unknown = sorted(set(wishes.strategies or ()) - set(ALL_STRATEGIES))
-    if unknown:
-        raise PlanError("--strategy", f"unknown strategy {unknown[0]!r}", f"use some of {list(ALL_STRATEGIES)}")
-    if not isinstance(wishes.extra_env, Mapping):
-        raise PlanError("vllm_fleet_extra_env", f"must be a mapping, got {wishes.extra_env!r}", "e.g. {A: '1'}")
-    tp = wishes.tensor_parallel_size
-    if tp:
-        _check_forced_tp(spec, nodes, wishes, tp)
-    if tp and spec.num_attention_heads % tp:
-        divisors = [d for d in range(1, 17) if spec.num_attention_heads % d == 0]
-        raise PlanError(
-            "--tensor-parallel-size",
-            f"TP={tp} does not divide the {spec.num_attention_heads} attention heads of {spec.name}",
-            f"use one of {divisors}",
-        )
-    pp = wishes.pipeline_parallel_size
-    if pp and pp > spec.num_layers:
-        raise PlanError(
-            "--pipeline-parallel-size",
-            f"{pp} stages for {spec.num_layers} layers",
-            f"use at most {spec.num_layers}",
-        )
-    total = sum(n.gpu_count for n in nodes)
-    if (tp or 1) * (pp or 1) > total:
-        raise PlanError(
-            "--pipeline-parallel-size" if pp else "--tensor-parallel-size",
-            f"TP={tp or 1} x PP={pp or 1} needs {(tp or 1) * (pp or 1)} GPUs, the cluster has {total}",
-            "ask for fewer, or unset them and let the planner choose",
-        )
-    if not isinstance(wishes.extra_args, list | tuple) or not all(isinstance(a, str) for a in wishes.extra_args):
-        raise PlanError("vllm_fleet_extra_args", f"must be a list of strings, got {wishes.extra_args!r}", "e.g. []")
-    check_quantization_flag(
-        spec, wishes.quantization, rendered=True, vllm_version=wishes.vllm_version, extra_args=wishes.extra_args
-    )
-    if wishes.max_model_len:
-        check_max_model_len(spec, wishes.max_model_len, wishes.extra_env)
-
-
-def _check_forced_tp(spec: ModelSpec, nodes: list[Node], wishes: Wishes, tp: int) -> None:
-    """A forced TP larger than every node: say so (not a max_model_len or fp8 hint)."""
-    largest = max(n.gpu_count for n in nodes)
-    if tp <= largest:
-        return
-    if wishes.allow_cross_node_tp:
-        # Cross-node TP spans two nodes of one GPU type (strategy tp_cross_node).
-        spans = sorted({2 * min(n.gpu_count for n in group) for group in _groups(nodes).values() if len(group) >= 2})
-        if tp in spans:
-            return
-        across = f"; across two nodes TP={' or '.join(str(s) for s in spans)}" if spans else ""
-    else:
-        across = ", or pass --allow-cross-node-tp to span two nodes with TP (slower than PP across nodes)"
-    valid = _valid_tps(spec, largest)
-    raise NothingFitsError(
-        "--tensor-parallel-size",
-        f"TP={tp} needs {tp} GPUs in one node, the largest has {largest}",
-        f"use TP of at most {largest} (valid for {spec.name}: {', '.join(map(str, valid))}) with PP across nodes"
-        + across,
-    )
-
-
-def _groups(nodes: list[Node]) -> dict[str, list[Node]]:
-    groups: dict[str, list[Node]] = {}
-    for node in nodes:
-        groups.setdefault(node.gpu_key, []).append(node)
-    return groups
-
-
-def _nodes_vllm_runs_on(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> tuple[list[Node], dict[str, str]]:
-    """The nodes whose GPUs vLLM can run the request on, and why the others are left out
-    (bf16 on a V100, fp8 or mxfp4 weights below their compute capability...). When none can,
-    the first node's reason is the error."""
-    usable: list[Node] = []
-    refused: dict[str, str] = {}
-    first: PlanError | None = None
-    for node in nodes:
-        err = vllm_refusal(
-            spec, node.device(), wishes.dtype, wishes.quantization, wishes.kv_cache_dtype, wishes.vllm_version
-        )
-        if err is None:
-            usable.append(node)
-            continue
-        first = first or err
-        refused[node.name] = err.problem
-    if first is not None and not usable:
-        raise first
-    return usable, refused

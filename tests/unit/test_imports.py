@@ -13,7 +13,7 @@ MAX_LINES = 800
 # Modules still over MAX_LINES, each at its size when the cap was set: they may shrink, not grow,
 # and leave this list once split (memory.py left it: 2,076 lines, now 734 beside vllm_fleet/accounting/;
 # model_spec.py 1,768 -> 942 beside vllm_fleet/model/).
-OVER = {"model_spec.py": 945, "strategy.py": 990}
+OVER = {"model_spec.py": 945}
 
 
 def _module(path: Path) -> str:

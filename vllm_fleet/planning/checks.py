@@ -1,0 +1,134 @@
+"""The wishes' refusals before any layout is searched, what vLLM refuses on each node, and the
+TP sizes a model shards into."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from vllm_fleet.accounting.refusal import vllm_refusal
+from vllm_fleet.accounting.settings import LIMITS, check_count
+from vllm_fleet.cluster import Node
+from vllm_fleet.errors import NothingFitsError, PlanError
+from vllm_fleet.memory import kv_heads_shard
+from vllm_fleet.model.quantization import check_quantization_flag
+from vllm_fleet.model_spec import ModelSpec, check_max_model_len
+from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
+
+
+def valid_tps(spec: ModelSpec, max_tp: int) -> list[int]:
+    heads = spec.num_attention_heads
+    out = []
+    for tp in range(1, max_tp + 1):
+        if heads % tp:
+            continue
+        if not kv_heads_shard(spec, tp):
+            continue
+        if tp & (tp - 1) and tp not in (3, 6, 12):  # keep powers of two and a few common others
+            continue
+        out.append(tp)
+    return out
+
+
+def check_wishes(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
+    """The wishes' types and ranges, and the requests vLLM itself would refuse."""
+    util = wishes.gpu_memory_utilization
+    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
+        raise PlanError(
+            "gpu_memory_utilization",
+            f"must be in (0, 1], got {util!r}",
+            "use a fraction such as 0.9",
+        )
+    for name in (
+        "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_num_seqs",
+        "target_concurrency",
+    ):  # fmt: skip
+        check_count(getattr(wishes, name), name, LIMITS[name])
+    port = wishes.port
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise PlanError("vllm_fleet_port", f"must be a port (1 to 65535), got {port!r}", "e.g. 8000")
+    unknown = sorted(set(wishes.strategies or ()) - set(ALL_STRATEGIES))
+    if unknown:
+        raise PlanError("--strategy", f"unknown strategy {unknown[0]!r}", f"use some of {list(ALL_STRATEGIES)}")
+    if not isinstance(wishes.extra_env, Mapping):
+        raise PlanError("vllm_fleet_extra_env", f"must be a mapping, got {wishes.extra_env!r}", "e.g. {A: '1'}")
+    tp = wishes.tensor_parallel_size
+    if tp:
+        check_forced_tp(spec, nodes, wishes, tp)
+    if tp and spec.num_attention_heads % tp:
+        divisors = [d for d in range(1, 17) if spec.num_attention_heads % d == 0]
+        raise PlanError(
+            "--tensor-parallel-size",
+            f"TP={tp} does not divide the {spec.num_attention_heads} attention heads of {spec.name}",
+            f"use one of {divisors}",
+        )
+    pp = wishes.pipeline_parallel_size
+    if pp and pp > spec.num_layers:
+        raise PlanError(
+            "--pipeline-parallel-size",
+            f"{pp} stages for {spec.num_layers} layers",
+            f"use at most {spec.num_layers}",
+        )
+    total = sum(n.gpu_count for n in nodes)
+    if (tp or 1) * (pp or 1) > total:
+        raise PlanError(
+            "--pipeline-parallel-size" if pp else "--tensor-parallel-size",
+            f"TP={tp or 1} x PP={pp or 1} needs {(tp or 1) * (pp or 1)} GPUs, the cluster has {total}",
+            "ask for fewer, or unset them and let the planner choose",
+        )
+    if not isinstance(wishes.extra_args, list | tuple) or not all(isinstance(a, str) for a in wishes.extra_args):
+        raise PlanError("vllm_fleet_extra_args", f"must be a list of strings, got {wishes.extra_args!r}", "e.g. []")
+    check_quantization_flag(
+        spec, wishes.quantization, rendered=True, vllm_version=wishes.vllm_version, extra_args=wishes.extra_args
+    )
+    if wishes.max_model_len:
+        check_max_model_len(spec, wishes.max_model_len, wishes.extra_env)
+
+
+def check_forced_tp(spec: ModelSpec, nodes: list[Node], wishes: Wishes, tp: int) -> None:
+    """A forced TP larger than every node: say so (not a max_model_len or fp8 hint)."""
+    largest = max(n.gpu_count for n in nodes)
+    if tp <= largest:
+        return
+    if wishes.allow_cross_node_tp:
+        # Cross-node TP spans two nodes of one GPU type (strategy tp_cross_node).
+        spans = sorted({2 * min(n.gpu_count for n in group) for group in groups_of(nodes).values() if len(group) >= 2})
+        if tp in spans:
+            return
+        across = f"; across two nodes TP={' or '.join(str(s) for s in spans)}" if spans else ""
+    else:
+        across = ", or pass --allow-cross-node-tp to span two nodes with TP (slower than PP across nodes)"
+    valid = valid_tps(spec, largest)
+    raise NothingFitsError(
+        "--tensor-parallel-size",
+        f"TP={tp} needs {tp} GPUs in one node, the largest has {largest}",
+        f"use TP of at most {largest} (valid for {spec.name}: {', '.join(map(str, valid))}) with PP across nodes"
+        + across,
+    )
+
+
+def groups_of(nodes: list[Node]) -> dict[str, list[Node]]:
+    groups: dict[str, list[Node]] = {}
+    for node in nodes:
+        groups.setdefault(node.gpu_key, []).append(node)
+    return groups
+
+
+def nodes_vllm_runs_on(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> tuple[list[Node], dict[str, str]]:
+    """The nodes whose GPUs vLLM can run the request on, and why the others are left out
+    (bf16 on a V100, fp8 or mxfp4 weights below their compute capability...). When none can,
+    the first node's reason is the error."""
+    usable: list[Node] = []
+    refused: dict[str, str] = {}
+    first: PlanError | None = None
+    for node in nodes:
+        err = vllm_refusal(
+            spec, node.device(), wishes.dtype, wishes.quantization, wishes.kv_cache_dtype, wishes.vllm_version
+        )
+        if err is None:
+            usable.append(node)
+            continue
+        first = first or err
+        refused[node.name] = err.problem
+    if first is not None and not usable:
+        raise first
+    return usable, refused
