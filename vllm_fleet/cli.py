@@ -30,8 +30,9 @@ from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.doctor import BundleError, evaluate, exit_code, render, to_json
 from vllm_fleet.errors import PlanError, for_cli
 from vllm_fleet.memory import estimate
+from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import ALLOW_DEPRECATED, check_quantization_flag
-from vllm_fleet.model_spec import check_max_model_len, load_model
+from vllm_fleet.model_spec import load_model
 from vllm_fleet.rayserve import serve_config
 from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
 from vllm_fleet.table import render_estimate, render_plan

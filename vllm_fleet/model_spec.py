@@ -19,7 +19,6 @@ value is one PlanError naming the file and key.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,8 +27,16 @@ from typing import Any
 from vllm_fleet.catalog import MODELS, lookup_model
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.families import _hybrid_layer_types, _llama4_text, _mixer_fields
-from vllm_fleet.model.files import _read_text, _small_json, _tokenizer_max_length, read_safetensors_bytes
-from vllm_fleet.model.quantization import _WEIGHT_ONLY_FAMILY, _env_true, _modelopt_algo
+from vllm_fleet.model.files import (
+    _encoder_max_seq_length,
+    _read_text,
+    _small_json,
+    _tokenizer_max_length,
+    is_pooling,
+    read_safetensors_bytes,
+)
+from vllm_fleet.model.length import _derived_max_len
+from vllm_fleet.model.quantization import _WEIGHT_ONLY_FAMILY, _modelopt_algo
 from vllm_fleet.model.values import (
     MAX_CONFIG_BYTES,
     MAX_EXPERTS,
@@ -239,114 +246,6 @@ class ModelSpec:
         if self.is_mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
-
-
-_LENGTH_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_target_positions",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
-# RoPE types whose max_position_embeddings is already the scaled length (vLLM does not
-# multiply by their factor again).
-_ROPE_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
-
-
-def _rope_parameters(cfg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The RoPE parameter sets (one per layer type when nested), as vLLM iterates them."""
-    raw = _get(cfg, "rope_parameters", "rope_scaling")
-    if not isinstance(raw, Mapping) or not raw:
-        return []
-    if all(str(k).endswith("attention") for k in raw) and all(isinstance(v, Mapping) for v in raw.values()):
-        return [v for v in raw.values() if isinstance(v, Mapping) and v]
-    return [raw]
-
-
-def _derived_max_len(
-    cfg: Mapping[str, Any],
-    top: Mapping[str, Any],
-    source: str,
-    tokenizer_max: float | None,
-    encoder: tuple[str, Any] | None,
-) -> tuple[float, str, float | None, int]:
-    """vLLM's ``_get_and_verify_max_len`` (0.32) on config.json (``hf_text_config``):
-
-    * the smallest of the length keys (``_LENGTH_KEYS``, in vLLM's order), replaced by
-      ``model_max_length`` when that is set;
-    * capped by tokenizer_config.json's model_max_length (``tokenizer_max``: only given
-      for pooling models with absolute position embeddings, as vLLM reads it);
-    * no length key at all: an explicit ``--max-model-len`` is taken as it is, the
-      default is 2048;
-    * times the RoPE scaling factor (not for the pre-scaled types, not for Gemma 3);
-    * replaced by a Sentence Transformers config's ``max_seq_length`` (``encoder``);
-    * the default (no ``--max-model-len``) is that length, or LongRoPE's
-      ``original_max_position_embeddings``.
-
-    Returns the bound an explicit length is checked against (0: any length), the key it
-    comes from, config.json's model_max_length, and vLLM's default length."""
-    derived, key = math.inf, ""
-    for name in _LENGTH_KEYS:
-        value = cfg.get(name)
-        if value is None:
-            continue
-        if name == "model_max_length":
-            # Hugging Face writes 1e30 for "no limit"; any positive number is a length here.
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise PlanError(f"{source}:{name}", f"{_show(value)} is not a positive length", "fix config.json")
-            number: float = float(value)
-        else:
-            number = _as_int(value, f"{source}:{name}", 1, MAX_POSITIONS, f"write {name} as a positive integer")
-        if number < derived:
-            derived, key = number, name
-    model_max = cfg.get("model_max_length") or None
-    if model_max:
-        derived, key = float(model_max), "model_max_length"
-    if tokenizer_max is not None and tokenizer_max < derived:
-        derived, key = tokenizer_max, "tokenizer_config.json:model_max_length"
-    unbounded = derived == math.inf
-    length = 2048.0 if unbounded else float(derived)
-    model_type = str(cfg.get("model_type") or top.get("model_type") or "")
-    params = _rope_parameters(cfg)
-    types = [_rope_type(rp) for rp in params]
-    if params and "gemma3" not in model_type:
-        factor: float = 1.0
-        for rp, rope_type in zip(params, types, strict=True):
-            if rope_type not in _ROPE_PRESCALED:
-                raw = rp.get("factor", factor)
-                if raw is None:
-                    raw = 1.0
-                if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw <= 0:
-                    raise PlanError(
-                        f"{source}:rope_scaling.factor", f"{_show(raw)} is not a positive number", "fix config.json"
-                    )
-                factor = float(raw)
-        length *= factor
-    if encoder is not None:
-        name, value = encoder
-        length = float(_as_int(value, f"{name}:max_seq_length", 1, MAX_POSITIONS, "write it as a positive integer"))
-        key = f"{Path(name).name}:max_seq_length"
-    default = int(length)
-    if "longrope" in types and cfg.get("original_max_position_embeddings") is not None:
-        default = _as_int(
-            cfg["original_max_position_embeddings"],
-            f"{source}:original_max_position_embeddings",
-            1,
-            MAX_POSITIONS,
-            "write it as a positive integer",
-        )
-    return (0.0 if unbounded else length), key, float(model_max) if model_max else None, default
-
-
-def _rope_type(rp: Mapping[str, Any]) -> str:
-    """The RoPE type as vLLM reads it after ``patch_rope_parameters`` (legacy ``type``
-    key, ``su`` -> ``longrope``, ``mrope`` -> ``default``)."""
-    rope_type = str(rp.get("rope_type", rp.get("type", "default")))
-    return {"su": "longrope", "mrope": "default"}.get(rope_type, rope_type)
 
 
 def _checkpoint_quant_config(top: Mapping[str, Any], text: Mapping[str, Any] | None) -> tuple[Any, str]:
@@ -760,56 +659,6 @@ def _spec_from_config(
 
 
 # vLLM's runner by architecture suffix (``_SUFFIX_TO_DEFAULTS`` of config/model.py), first match.
-_RUNNER_BY_SUFFIX = (
-    ("ForCausalLM", "generate"), ("ForConditionalGeneration", "generate"), ("ChatModel", "generate"),
-    ("LMHeadModel", "generate"), ("ForTextEncoding", "pooling"), ("EmbeddingModel", "pooling"),
-    ("ForSequenceClassification", "pooling"), ("ForTokenClassification", "pooling"),
-    ("ForAudioClassification", "pooling"), ("ForImageClassification", "pooling"),
-    ("ForVideoClassification", "pooling"), ("ClassificationModel", "pooling"), ("ForRewardModeling", "pooling"),
-    ("RewardModel", "pooling"), ("Model", "pooling"),
-)  # fmt: skip
-_ST_POOLING = (
-    "sentence_transformers.models.Pooling",
-    "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
-)
-# Sentence Transformers configs whose max_seq_length replaces vLLM's derived length, in its order.
-_ST_CONFIGS = (
-    "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
-    "sentence_camembert_config.json", "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
-    "sentence_xlnet_config.json",
-)  # fmt: skip
-
-
-def is_pooling(cfg: Mapping[str, Any], folder: Path | None = None) -> bool:
-    """Whether vLLM runs the model as a pooling model (``ModelConfig._get_default_runner_type``):
-    a Sentence Transformers modules.json with a Pooling module, else the first architecture
-    whose suffix vLLM knows (``*ForCausalLM`` generates, ``*Model`` / ``*ForSequenceClassification``
-    pool)."""
-    if folder is not None:
-        modules = _small_json(folder / "modules.json")
-        if isinstance(modules, list) and any(isinstance(m, dict) and m.get("type") in _ST_POOLING for m in modules):
-            return True
-    archs = cfg.get("architectures")
-    for arch in archs if isinstance(archs, list) else []:
-        runner = next((r for suffix, r in _RUNNER_BY_SUFFIX if isinstance(arch, str) and arch.endswith(suffix)), None)
-        if runner is not None:
-            return runner == "pooling"
-    return False
-
-
-def _encoder_max_seq_length(folder: Path) -> tuple[str, Any] | None:
-    """The first Sentence Transformers config with content, when it states max_seq_length."""
-    for name in _ST_CONFIGS:
-        data = _small_json(folder / name)
-        if data:
-            return (
-                (str(folder / name), data["max_seq_length"])
-                if isinstance(data, dict) and "max_seq_length" in data
-                else None
-            )
-    return None
-
-
 # The JSON files a --quantization method reads when config.json has no quantization config.
 _QUANT_FILE_SUFFIXES = ("quantize_config.json", "quant_config.json", "quantization_config.json")
 
@@ -906,37 +755,4 @@ def _with_file_bytes(spec: ModelSpec, file_bytes: dict[str, int]) -> ModelSpec:
         file_bytes=file_bytes,
         vision_params=int(vision / dtype_bytes) if vision else spec.vision_params,
         source=spec.source + " + safetensors headers",
-    )
-
-
-def check_max_model_len(
-    spec: ModelSpec, max_model_len: int, env: Mapping[str, str] | None = None, *, asked: bool = True
-) -> str | None:
-    """vLLM's check of ``--max-model-len`` against the model's derived maximum
-    (``_get_and_verify_max_len``): above it, vLLM starts only with
-    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` (or ``true``) in its environment. Returns the warning
-    when the variable allows it, None when the length is within the model's; PlanError
-    otherwise. ``asked``: the operator chose the length (else it is the planner's default)."""
-    derived = spec.derived_max_model_len
-    if not derived or max_model_len <= derived:
-        return None
-    if spec.model_max_length is not None and max_model_len <= spec.model_max_length:
-        return None
-    where = f"{spec.derived_max_model_len_key}={int(derived) if derived.is_integer() else derived}"
-    if _env_true((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")):
-        return (
-            f"max_model_len {max_model_len} is above the model's {where}; VLLM_ALLOW_LONG_MAX_MODEL_LEN lets "
-            "vLLM start, but positions beyond it give NaN (RoPE) or out-of-bounds errors"
-        )
-    problem = (
-        f"{max_model_len} is above the model's derived maximum ({where}): vLLM refuses it at start-up"
-        if asked
-        else f"vLLM's default length for this model ({max_model_len}, LongRoPE's original_max_position_embeddings) "
-        f"is above its derived maximum ({where}), and a plan states its length"
-    )
-    raise PlanError(
-        "--max-model-len",
-        problem,
-        f"use --max-model-len {int(derived)} or less, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 with --env "
-        "at your own risk",
     )

@@ -30,8 +30,9 @@ from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.memory import Estimate, estimate, kv_heads_shard
+from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
-from vllm_fleet.model_spec import ModelSpec, check_max_model_len
+from vllm_fleet.model_spec import ModelSpec
 from vllm_fleet.names import check_served_name
 from vllm_fleet.options import draft_spec_for
 from vllm_fleet.planning.checks import check_wishes, nodes_vllm_runs_on, valid_tps

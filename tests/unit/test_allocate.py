@@ -30,7 +30,8 @@ from vllm_fleet.allocate import (
 from vllm_fleet.catalog import lookup_model
 from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.model_spec import is_pooling, load_model
+from vllm_fleet.model.files import is_pooling
+from vllm_fleet.model_spec import load_model
 from vllm_fleet.strategy import Wishes, plan_cluster
 from vllm_fleet.table import render_plan
 

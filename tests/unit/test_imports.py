@@ -12,8 +12,9 @@ PACKAGE = ROOT / "vllm_fleet"
 MAX_LINES = 800
 # Modules still over MAX_LINES, each at its size when the cap was set: they may shrink, not grow,
 # and leave this list once split (memory.py left it: 2,076 lines, now 734 beside vllm_fleet/accounting/;
-# model_spec.py 1,768 -> 942 beside vllm_fleet/model/).
-OVER = {"model_spec.py": 945}
+# model_spec.py 1,768 -> 758 beside vllm_fleet/model/; strategy.py 1,041 -> 798 beside
+# vllm_fleet/planning/; catalog_2026.py's configs are data in vllm_fleet/model/catalog_2026.yaml).
+OVER: dict[str, int] = {}
 
 
 def _module(path: Path) -> str:

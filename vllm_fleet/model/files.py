@@ -10,6 +10,7 @@ import json
 import math
 import re
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +224,53 @@ def _tokenizer_max_length(folder: Path) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or not math.isfinite(value):
         return None
     return float(value)
+
+
+_RUNNER_BY_SUFFIX = (
+    ("ForCausalLM", "generate"), ("ForConditionalGeneration", "generate"), ("ChatModel", "generate"),
+    ("LMHeadModel", "generate"), ("ForTextEncoding", "pooling"), ("EmbeddingModel", "pooling"),
+    ("ForSequenceClassification", "pooling"), ("ForTokenClassification", "pooling"),
+    ("ForAudioClassification", "pooling"), ("ForImageClassification", "pooling"),
+    ("ForVideoClassification", "pooling"), ("ClassificationModel", "pooling"), ("ForRewardModeling", "pooling"),
+    ("RewardModel", "pooling"), ("Model", "pooling"),
+)  # fmt: skip
+_ST_POOLING = (
+    "sentence_transformers.models.Pooling",
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+)
+# Sentence Transformers configs whose max_seq_length replaces vLLM's derived length, in its order.
+_ST_CONFIGS = (
+    "sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
+    "sentence_camembert_config.json", "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
+    "sentence_xlnet_config.json",
+)  # fmt: skip
+
+
+def is_pooling(cfg: Mapping[str, Any], folder: Path | None = None) -> bool:
+    """Whether vLLM runs the model as a pooling model (``ModelConfig._get_default_runner_type``):
+    a Sentence Transformers modules.json with a Pooling module, else the first architecture
+    whose suffix vLLM knows (``*ForCausalLM`` generates, ``*Model`` / ``*ForSequenceClassification``
+    pool)."""
+    if folder is not None:
+        modules = _small_json(folder / "modules.json")
+        if isinstance(modules, list) and any(isinstance(m, dict) and m.get("type") in _ST_POOLING for m in modules):
+            return True
+    archs = cfg.get("architectures")
+    for arch in archs if isinstance(archs, list) else []:
+        runner = next((r for suffix, r in _RUNNER_BY_SUFFIX if isinstance(arch, str) and arch.endswith(suffix)), None)
+        if runner is not None:
+            return runner == "pooling"
+    return False
+
+
+def _encoder_max_seq_length(folder: Path) -> tuple[str, Any] | None:
+    """The first Sentence Transformers config with content, when it states max_seq_length."""
+    for name in _ST_CONFIGS:
+        data = _small_json(folder / name)
+        if data:
+            return (
+                (str(folder / name), data["max_seq_length"])
+                if isinstance(data, dict) and "max_seq_length" in data
+                else None
+            )
+    return None

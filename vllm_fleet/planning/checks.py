@@ -10,8 +10,9 @@ from vllm_fleet.accounting.settings import LIMITS, check_count
 from vllm_fleet.cluster import Node
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.memory import kv_heads_shard
+from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
-from vllm_fleet.model_spec import ModelSpec, check_max_model_len
+from vllm_fleet.model_spec import ModelSpec
 from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
 
 
