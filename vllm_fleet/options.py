@@ -21,7 +21,6 @@ Pure Python: nothing here imports torch or vLLM.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -427,20 +426,6 @@ def assumptions(spec: ModelSpec, settings: Settings, sd: SpecDecode | None) -> l
             "change their state caching with it (modelled with the KV layout, not here)"
         )
     return lines
-
-
-def parse_speculative_config(text: str | None) -> dict[str, Any] | None:
-    """``--speculative-config`` JSON as vLLM's parser takes it (an object)."""
-
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanError(SPEC_FIELD, f"is not JSON ({exc.msg})", '--speculative-config \'{"method": "mtp"}\'') from exc
-    if not isinstance(value, dict):
-        raise PlanError(SPEC_FIELD, "must be a JSON object", '--speculative-config \'{"method": "mtp"}\'')
-    return value
 
 
 def draft_spec_for(config: dict[str, Any] | None) -> ModelSpec | None:
