@@ -16,6 +16,15 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The node agents' package (vllm_fleet/agents), run as the roles run it: python3 FOLDER AGENT ...
+AGENTS = ROOT / "vllm_fleet" / "agents"
+
+
+def agent(name: str) -> list[str]:
+    """The argv that runs node agent ``name`` from the checkout, as the roles run it on a node."""
+    return [sys.executable, str(AGENTS), name]
+
+
 sys.path.insert(0, str(ROOT))
 FIXTURES = ROOT / "tests" / "unit" / "fixtures"
 PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or shutil.which("ansible-playbook")

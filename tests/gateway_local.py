@@ -1,7 +1,7 @@
 """The llm_gateway role's nginx on this machine, for tests and benchmarks that need no
 test host: the role's own templates (nginx.conf, route.js, api_key.conf) rendered by
 Ansible with the role's defaults and vars, the upstream files written by the role's
-gateway_watch.py (--once), nginx in the foreground on a free loopback port, and local
+the gateway_watch agent (--once), nginx in the foreground on a free loopback port, and local
 HTTP servers standing in as replicas (tests/integration/test_gateway_routing.py,
 tests/bench/routing_overhead.py). Needs nginx and, for several models, its njs module."""
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT, run_playbook
+from tests.conftest import ROOT, agent, run_playbook
 
 NJS = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
@@ -153,9 +153,8 @@ def gateway(
         "pidfile": str(tmp / "none.pid"),
     }
     (tmp / "watch.json").write_text(json.dumps(watch))
-    script = ROOT / "roles/llm_gateway/files/gateway_watch.py"
     subprocess.run(
-        [sys.executable, str(script), "--config", str(tmp / "watch.json"), "--once"], check=True, capture_output=True
+        [*agent("gateway_watch"), "--config", str(tmp / "watch.json"), "--once"], check=True, capture_output=True
     )
     conf = tmp / "nginx.conf"
     # This machine's paths for the pid and logs (the role's are /run and /var/log/nginx).

@@ -591,13 +591,15 @@ def _group(inst: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | N
 
 def _wrapper(launch: dict[str, Any], state_dir: str) -> list[str]:
     """The group wrapper before ``vllm serve`` for a rank of a multi-node instance
-    (roles/vllm_server/files/group.py); nothing for single-node launches."""
+    (the group agent, vllm_fleet/agents/group.py, as vllm_server copies it to the state folder);
+    nothing for single-node launches."""
     group = launch.get("group")
     if not group or launch["executor"] == "ray":
         return []  # Ray: one vllm serve on the head, its ranks are Ray actors
-    where = ["--bind", group["address"]] if launch["node_rank"] == 0 else ["--head", group["address"]]
+    head = launch["node_rank"] == 0
+    where = ["--bind", group["address"]] if head else ["--head", group["address"]]
     return [
-        "python3", f"{state_dir}/group.py", "--role", "head" if launch["node_rank"] == 0 else "member", *where,
+        "python3", f"{state_dir}/vllm_fleet_agents", "group", "--role", "head" if head else "member", *where,
         "--name", launch["name"], "--state", state_dir, "--max-restarts", str(group["max_restarts"]), "--",
     ]  # fmt: skip
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, load_script
+from tests.conftest import ROOT
 from tests.hosts import images
 from tests.hosts.common import HarnessError
+from vllm_fleet.agents import gateway_watch as gw
 
 LAUNCHER = ROOT / "roles/llm_gateway/files/router_launch.py"
-gw = load_script(ROOT / "roles/llm_gateway/files/gateway_watch.py")
 KEY = "router-test-key-0b7c"
 
 

@@ -1,4 +1,4 @@
-"""vllm_server's group wrapper (roles/vllm_server/files/group.py) as real processes on loopback.
+"""vllm_server's group wrapper (the group agent, vllm_fleet/agents/group.py) as real processes on loopback.
 
 Each rank's command is a stand-in that only stays alive (``sleep``): the wrapper never talks to
 vLLM, it watches its child and the presence connection. On the test hosts the same paths run
@@ -13,16 +13,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-
-GROUP = ROOT / "roles/vllm_server/files/group.py"
+from tests.conftest import agent
 
 
 def _free_port() -> int:
@@ -32,13 +29,13 @@ def _free_port() -> int:
 
 
 class Rank:
-    """One group.py process; its child writes its pid to a file, then sleeps."""
+    """One group agent process; its child writes its pid to a file, then sleeps."""
 
     def __init__(self, state: Path, role: str, address: str, *extra: str) -> None:
         self.pidfile = state / f"{role}.child"
         where = ["--bind", address] if role == "head" else ["--head", address]
         child = ["sh", "-c", f"echo $$ > {self.pidfile}; exec sleep 600 >/dev/null 2>&1"]
-        argv = [sys.executable, str(GROUP), "--role", role, *where, "--name", "tiny", "--state", str(state)]
+        argv = [*agent("group"), "--role", role, *where, "--name", "tiny", "--state", str(state)]
         # The wrapper's lines go to a file: a pipe would also be held by a rank it failed to stop.
         self.logfile = state / f"{role}.{time.monotonic_ns()}.log"
         with self.logfile.open("w") as log:

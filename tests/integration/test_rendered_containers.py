@@ -21,15 +21,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import FIXTURES, PLAYBOOK, ROOT, failures, load_script, run_playbook
+from tests.conftest import FIXTURES, PLAYBOOK, ROOT, failures, run_playbook
 from vllm_fleet import facts
+from vllm_fleet.agents.envfile import parse_env
 
 pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook not installed")
 
 IB_HCA = "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"
 RDMA = {"capabilities": ["IPC_LOCK"], "devices": ["/dev/infiniband:/dev/infiniband"], "ulimits": ["memlock:-1:-1"]}
 NOFILE = "nofile:65536:65536"
-supervise = load_script(ROOT / "roles/vllm_server/files/supervise.py")
 
 # Writes down what the task gives it (one JSON line per container) and changes nothing.
 FAKE_MODULE = """#!/usr/bin/python
@@ -239,7 +239,7 @@ def test_vllm_containers_on_infiniband_nodes_get_ipc_lock_the_devices_and_memloc
         assert env["NCCL_IB_HCA"] == IB_HCA and "NCCL_IB_DISABLE" not in env and "NCCL_IB_GID_INDEX" not in env
         assert env["NCCL_SOCKET_IFNAME"] == "eth0"
         # The systemd runtime reads the same variables from its own environment file.
-        unit = supervise.parse_env(node["env_files"][container["name"] + "/systemd"])
+        unit = parse_env(node["env_files"][container["name"] + "/systemd"])
         assert {k: v for k, v in unit.items() if k.startswith("NCCL_IB")} == {"NCCL_IB_HCA": IB_HCA}
 
 
@@ -255,7 +255,7 @@ def test_vllm_containers_without_rdma_set_no_memlock(plain: dict[str, dict[str, 
     assert [v.split(":")[1] for v in container["volumes"]] == ["/run/vllm-fleet/launch.secrets"], container["volumes"]
     env = _env_file(node["env_files"][container["name"] + "/container"])
     assert env["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_HCA" not in env
-    unit = supervise.parse_env(node["env_files"][container["name"] + "/systemd"])
+    unit = parse_env(node["env_files"][container["name"] + "/systemd"])
     assert {k: v for k, v in unit.items() if k.startswith("NCCL_IB")} == {"NCCL_IB_DISABLE": "1"}
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PLAYBOOK, ROOT, load_script, run_playbook
+from tests.conftest import PLAYBOOK, ROOT, run_playbook
+from vllm_fleet.agents.envfile import parse_env
 
 pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook not installed")
 
@@ -26,7 +27,6 @@ KEYS = {
     "double-quote": '"', "dollar": "$", "tilde": "~x", "bearer-inside": "Bearer x", "escaped-quote": "x\\'y",
     "none": "",
 }  # fmt: skip
-supervise = load_script(ROOT / "roles/vllm_server/files/supervise.py")
 
 # Template lookups on the controller: the same Jinja as the template module, one fast run.
 PLAY = """
@@ -93,6 +93,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "__vllm_server_launch_secrets": {"vllm-t-0": {"VLLM_API_KEY": KEY}},
         "vllm_server_config_dir": "/etc/vllm-fleet/vllm", "vllm_server_state_dir": "/var/lib/vllm-fleet/vllm",
         "vllm_server_venv": "/opt/vllm-fleet/vllm", "vllm_server_nofile": 65536,
+        "__vllm_server_agents": "/var/lib/vllm-fleet/vllm/vllm_fleet_agents",
     }  # fmt: skip
     (tmp / "vars.json").write_text(json.dumps(variables))
     (tmp / "hosts").write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
@@ -155,8 +156,8 @@ def test_without_a_key_every_request_passes(rendered: dict[str, str]) -> None:
 
 
 def test_the_env_file_carries_values_as_they_are(rendered: dict[str, str]) -> None:
-    # systemd and supervise.py read the same file the same way; a name cannot break out of its comment.
-    assert supervise.parse_env(rendered["process.env"]) == {"TRICKY": TRICKY, "PORT": "8000", "VLLM_API_KEY": KEY}
+    # systemd and the supervise agent read the same file the same way; a name cannot break out of its comment.
+    assert parse_env(rendered["process.env"]) == {"TRICKY": TRICKY, "PORT": "8000", "VLLM_API_KEY": KEY}
     # community.docker reads KEY=VALUE literally (and strips the line).
     # It holds no secret: a container's environment is part of its configuration (docker inspect).
     container = [ln for ln in rendered["container.env"].splitlines() if not ln.startswith("#")]

@@ -124,8 +124,9 @@ def test_native_pp_over_two_cpu_nodes(eight_layers: Path) -> None:
     partition = ",".join(map(str, inst["layer_partition"]))
     assert h["env"]["VLLM_PP_LAYER_PARTITION"] == m["env"]["VLLM_PP_LAYER_PARTITION"] == partition
     tail = ["--name", h["name"], "--state", STATE, "--max-restarts", "5", "--"]
-    assert h["wrapper"] == ["python3", f"{STATE}/group.py", "--role", "head", "--bind", "10.77.0.11:29502", *tail]
-    assert m["wrapper"] == ["python3", f"{STATE}/group.py", "--role", "member", "--head", "10.77.0.11:29502", *tail]
+    group = ["python3", f"{STATE}/vllm_fleet_agents", "group"]
+    assert h["wrapper"] == [*group, "--role", "head", "--bind", "10.77.0.11:29502", *tail]
+    assert m["wrapper"] == [*group, "--role", "member", "--head", "10.77.0.11:29502", *tail]
     assert (h["regroups"], m["regroups"]) == (1, 1)  # the head may re-form the group once at start
     assert [(i["part"], i["node_rank"]) for i in head["instances"] + member["instances"]] == [
         ("head", 0), ("headless", 1),
@@ -142,7 +143,7 @@ def test_native_group_ports_follow_the_master_port(eight_layers: Path) -> None:
     settings = _settings(model=str(eight_layers), master_port=29600, group_restarts=2)
     rec = deploy.node_record(plan, "node2", settings, {})
     (launch,) = rec["launches"]
-    assert launch["wrapper"][4:6] == ["--head", "10.77.0.11:29601"]
+    assert launch["wrapper"][5:7] == ["--head", "10.77.0.11:29601"]
     assert launch["wrapper"][-3:] == ["--max-restarts", "2", "--"]
     assert _arg(launch["argv"], "--master-port") == "29600"
     assert rec["firewall_ports"] == [13345, 29600, 29601]

@@ -1,4 +1,4 @@
-"""roles/vllm_server/files/health.py: when the start-up wait calls a launch crashed."""
+"""The health agent (vllm_fleet/agents/health.py): when the start-up wait calls a launch crashed."""
 
 from __future__ import annotations
 
@@ -6,19 +6,16 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT, load_script
-
-health = load_script(ROOT / "roles/vllm_server/files/health.py")
+from vllm_fleet.agents import common, health
 
 
 def _probe(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], show: str, *args: str
 ) -> dict[str, object]:
-    monkeypatch.setattr(health, "http_ok", lambda url: False)
-    monkeypatch.setattr(health, "run", lambda argv: show)
-    argv = ["health.py", "--url", "http://127.0.0.1:8000/health", "--runtime", "systemd", "--name", "u", *args]
-    monkeypatch.setattr("sys.argv", argv)
-    assert health.main() == 0
+    monkeypatch.setattr(health, "http_ok", lambda url, timeout: False)
+    monkeypatch.setattr(common, "output", lambda argv, timeout=60: show)
+    argv = ["--url", "http://127.0.0.1:8000/health", "--runtime", "systemd", "--name", "u", *args]
+    assert health.main(argv) == 0
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
 
 

@@ -4,6 +4,7 @@ is on for vllm_fleet/), and the modules it holds stay small (issue: the planner 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -62,3 +63,23 @@ def test_no_module_grows_past_its_cap() -> None:
     over = {name: n for name, n in sizes.items() if n > OVER.get(name, MAX_LINES)}
     assert not over, f"over {MAX_LINES} lines (or past their cap in OVER): {over}; split them"
     assert set(OVER) <= set(sizes)
+
+
+def test_the_node_agents_import_the_stdlib_and_each_other_only() -> None:
+    """vllm_fleet/agents runs with a node's own python3 (and inside serving containers): nothing
+    from PyPI, nothing from the planner; its modules import each other relatively."""
+    agents = PACKAGE / "agents"
+    found: dict[str, set[str]] = {}
+    for path in sorted(agents.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = {node.module.split(".")[0]}
+            else:
+                continue
+            outside = names - set(sys.stdlib_module_names) - {"__future__"}
+            if outside:
+                found[path.name] = found.get(path.name, set()) | outside
+    assert not found, f"the node agents import outside the stdlib: {found}"
+    assert {p.stem for p in agents.glob("*.py")} >= {"common", "supervise", "group", "reap", "watchdog"}

@@ -1,4 +1,4 @@
-"""vllm_server's reap.py, the main process of every vLLM unit: it exits with its launch's
+"""The reap agent (vllm_fleet/agents/reap.py), the main process of every vLLM unit: it exits with its launch's
 status, hands the stop signal on, and only once nothing the launch left behind still runs
 (the processes vLLM leaves when it exits: systemd would otherwise wait for them)."""
 
@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-
-REAP = ROOT / "roles/vllm_server/files/reap.py"
+from tests.conftest import agent
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_CHILD_SUBREAPER is Linux's")
 
@@ -49,7 +47,7 @@ def test_it_exits_with_the_launch_code_only_after_what_the_launch_left_exited(tm
     pidfile = tmp_path / "orphan.pid"
     script = _launch(tmp_path, LEAVES_A_CHILD.format(sleep=1.0, pidfile=str(pidfile)))
     start = time.monotonic()
-    done = subprocess.run([sys.executable, str(REAP), "--", sys.executable, str(script)], timeout=30, check=False)
+    done = subprocess.run([*agent("reap"), "--", sys.executable, str(script)], timeout=30, check=False)
     took = time.monotonic() - start
     assert done.returncode == 7
     assert not _alive(int(pidfile.read_text()))
@@ -60,7 +58,7 @@ def test_a_left_behind_process_that_does_not_exit_is_killed_after_the_grace(tmp_
     pidfile = tmp_path / "orphan.pid"
     script = _launch(tmp_path, LEAVES_A_CHILD.format(sleep=600, pidfile=str(pidfile)))
     start = time.monotonic()
-    argv = [sys.executable, str(REAP), "--grace", "1", "--", sys.executable, str(script)]
+    argv = [*agent("reap"), "--grace", "1", "--", sys.executable, str(script)]
     done = subprocess.run(argv, timeout=30, check=False)
     assert done.returncode == 7 and time.monotonic() - start < 10
     assert not _alive(int(pidfile.read_text()))
@@ -82,7 +80,7 @@ def test_sigterm_reaches_the_launch_and_the_wrapper_ends_by_the_same_signal(tmp_
         os.kill(os.getpid(), signal.SIGTERM)
         """,
     )
-    wrapper = subprocess.Popen([sys.executable, str(REAP), "--", sys.executable, str(script)])
+    wrapper = subprocess.Popen([*agent("reap"), "--", sys.executable, str(script)])
     deadline = time.monotonic() + 20
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -94,8 +92,8 @@ def test_sigterm_reaches_the_launch_and_the_wrapper_ends_by_the_same_signal(tmp_
 
 
 def test_without_a_launch_it_says_how_to_call_it(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(REAP)], capture_output=True, text=True, timeout=30, check=False)
-    assert done.returncode == 2 and "usage: reap.py" in done.stderr
+    done = subprocess.run([*agent("reap")], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and "usage: reap " in done.stderr
 
 
 def test_processes_re_parented_here_after_the_grace_are_killed_too(tmp_path: Path) -> None:
@@ -122,7 +120,7 @@ def test_processes_re_parented_here_after_the_grace_are_killed_too(tmp_path: Pat
         sys.exit(0)
         """,
     )
-    argv = [sys.executable, str(REAP), "--grace", "0.5", "--", sys.executable, str(script)]
+    argv = [*agent("reap"), "--grace", "0.5", "--", sys.executable, str(script)]
     done = subprocess.run(argv, timeout=30, check=False)
     assert done.returncode == 0
     grandchild, child = (int(p) for p in pids.read_text().split())
@@ -131,7 +129,7 @@ def test_processes_re_parented_here_after_the_grace_are_killed_too(tmp_path: Pat
 
 def test_a_launch_that_ignores_the_stop_is_killed_after_the_stop_grace(tmp_path: Path) -> None:
     """vLLM whose engine waits on a Ray head that is gone ignores SIGTERM: after --stop-grace
-    reap.py kills it and what it started, and ends by SIGTERM (a clean stop for systemd)."""
+    reap kills it and what it started, and ends by SIGTERM (a clean stop for systemd)."""
     ready, pidfile = tmp_path / "ready", tmp_path / "child.pid"
     script = _launch(
         tmp_path,
@@ -146,7 +144,7 @@ def test_a_launch_that_ignores_the_stop_is_killed_after_the_stop_grace(tmp_path:
         """,
     )
     wrapper = subprocess.Popen(
-        [sys.executable, str(REAP), "--stop-grace", "1", "--", sys.executable, str(script)], stderr=subprocess.PIPE
+        [*agent("reap"), "--stop-grace", "1", "--", sys.executable, str(script)], stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 20
     while not ready.exists() and time.monotonic() < deadline:

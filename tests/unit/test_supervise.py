@@ -12,14 +12,13 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from tests.conftest import ROOT, load_script
-
-SCRIPT = ROOT / "roles/vllm_server/files/supervise.py"
+from tests.conftest import ROOT, agent
+from vllm_fleet.agents.envfile import parse_env
 
 
 def _call(state: Path, *args: str) -> dict[str, object]:
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), *args[:1], "--state", str(state), "--name", "t", *args[1:]],
+        [*agent("supervise"), *args[:1], "--state", str(state), "--name", "t", *args[1:]],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     return json.loads(out.stdout)  # type: ignore[no-any-return]
@@ -69,7 +68,6 @@ def test_a_failing_command_is_restarted_and_counted(tmp_path: Path) -> None:
 # A value with everything an environment file must carry: spaces (leading and trailing too),
 # both quotes, $ and ${...} (never expanded), #, ;, a backtick, backslashes, %.
 TRICKY = " a \"b\" 'c' $HOME ${PATH} #d ;e `f` \\g\\ 100% "
-supervise = load_script(SCRIPT)
 
 
 @pytest.mark.parametrize(
@@ -101,7 +99,7 @@ supervise = load_script(SCRIPT)
     ],
 )  # fmt: skip
 def test_parse_env_reads_systemd_environment_files(text: str, env: dict[str, str]) -> None:
-    assert supervise.parse_env(text) == env
+    assert parse_env(text) == env
 
 
 def _render_env_file(mode: str, env: dict[str, str]) -> str:
@@ -119,7 +117,7 @@ def _render_env_file(mode: str, env: dict[str, str]) -> str:
 def test_the_env_file_template_and_the_supervisor_agree_on_every_value() -> None:
     env = {"TRICKY": TRICKY, "PLAIN": "1", "EMPTY": "", "NUMBER": "8000"}
     text = _render_env_file("process", env)
-    assert supervise.parse_env(text) == {**env, "VLLM_API_KEY": 'k"$ey\\'}
+    assert parse_env(text) == {**env, "VLLM_API_KEY": 'k"$ey\\'}
     assert 'TRICKY=" a \\"b\\" \'c\' \\$HOME \\${PATH} #d ;e \\`f\\` \\\\g\\\\ 100% "' in text.splitlines()
 
 

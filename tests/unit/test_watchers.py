@@ -28,13 +28,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, load_script
-
-GATEWAY_WATCH = ROOT / "roles/llm_gateway/files/gateway_watch.py"
-WATCHDOG = ROOT / "roles/vllm_server/files/watchdog.py"
-REAP = ROOT / "roles/vllm_server/files/reap.py"
-gw = load_script(GATEWAY_WATCH)
-wd = load_script(WATCHDOG)
+from tests.conftest import agent
+from vllm_fleet.agents import gateway_watch as gw
+from vllm_fleet.agents import watchdog as wd
 
 TIMEOUT = 0.3  # the watchers' per-check timeout in these tests; a hung /health costs this much
 SERVER_ARGS = "max_fails=1 fail_timeout=10s"
@@ -288,7 +284,7 @@ def test_gateway_render_without_server_args(
     watch = gw.Watch(gw_config([a.address], server_args=""))
     text = watch.render()
     assert text.splitlines() == [
-        "# Written by gateway_watch.py (vllm-fleet): the replicas and which are in rotation.",
+        "# Written by gateway_watch (vllm-fleet): the replicas and which are in rotation.",
         f"server {a.address};",
     ]
     assert text.endswith("\n")
@@ -536,15 +532,15 @@ def test_watchdog_generation_is_the_main_pid_of_an_active_unit(systemd: FakeSyst
 def test_watchdog_healthy(replicas: Callable[[], HealthServer], garbage: str) -> None:
     server = replicas()
     url = f"http://{server.address}/health"
-    assert wd.healthy(url, TIMEOUT) is True
+    assert wd.http_ok(url, TIMEOUT) is True
     server.mode = "error"
-    assert wd.healthy(url, TIMEOUT) is False
+    assert wd.http_ok(url, TIMEOUT) is False
     server.mode = "hung"
     started = time.monotonic()
-    assert wd.healthy(url, TIMEOUT) is False
+    assert wd.http_ok(url, TIMEOUT) is False
     assert TIMEOUT * 0.9 <= time.monotonic() - started < TIMEOUT + 1
-    assert wd.healthy(f"http://{closed_port()}/health", TIMEOUT) is False
-    assert wd.healthy(f"http://{garbage}/health", TIMEOUT) is False  # not HTTP: a failure, not a crash
+    assert wd.http_ok(f"http://{closed_port()}/health", TIMEOUT) is False
+    assert wd.http_ok(f"http://{garbage}/health", TIMEOUT) is False  # not HTTP: a failure, not a crash
 
 
 def test_watchdog_restart_kills_then_restarts(systemd: FakeSystemd) -> None:
@@ -562,7 +558,7 @@ def test_watchdog_restart_under_reap_kills_what_is_below_it(systemd: FakeSystemd
     hung API server, stopped, and its own child) and not reap.py, which exits with the
     launch's status once it reaped them: systemd sees the unit empty at once."""
     hung = "import subprocess, time; subprocess.Popen(['sleep', '120']); time.sleep(120)"
-    reaper = subprocess.Popen([sys.executable, str(REAP), "--grace", "30", "--", sys.executable, "-c", hung])
+    reaper = subprocess.Popen([*agent("reap"), "--grace", "30", "--", sys.executable, "-c", hung])
     try:
         wait_for(lambda: len(wd.descendants(reaper.pid)) == 2, what="the launch and its child below reap.py")
         launch_pid, _ = wd.descendants(reaper.pid)
@@ -622,7 +618,7 @@ def test_watchdog_loop(replicas: Callable[[], HealthServer], systemd: FakeSystem
             wait_for(functools.partial(written_since, status_path.stat().st_mtime_ns), what="a watchdog round")
 
     proc = subprocess.Popen(
-        [sys.executable, str(WATCHDOG), "--config", str(config)],
+        [*agent("watchdog"), "--config", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -750,7 +746,7 @@ def test_watchdog_restarts_a_stuck_engine_that_answers_health(
     config = tmp_path / "watchdog.json"
     config.write_text(json.dumps({"interval": 0.1, "timeout": TIMEOUT, "failures": 3, "stall_s": 0.6,
                                   "status": str(status), "launches": launches}))  # fmt: skip
-    proc = subprocess.Popen([sys.executable, str(WATCHDOG), "--config", str(config)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*agent("watchdog"), "--config", str(config)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         wait_for(lambda: len(systemd.calls("vllm-fleet-stuck.service")) >= 2, timeout=10, what="the stuck restart")

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Run a vLLM launch as the unit's main process's only child, and exit only once every
 process it left behind has exited too.
 
-    reap.py [--grace SECONDS] [--stop-grace SECONDS] -- ARGV...
+    reap [--grace SECONDS] [--stop-grace SECONDS] -- ARGV...
 
 vLLM leaves processes behind when its API server exits (Python's multiprocessing resource
 tracker, an engine core whose parent was killed). systemd's KillMode=mixed then kills them
@@ -19,12 +18,12 @@ cgroup is empty when the main process exits and systemd has nothing left to wait
 * Asked to stop (SIGTERM or SIGINT), ARGV's process gets --stop-grace seconds (default 30)
   to exit, then it and everything below it get SIGKILL from here. A vLLM that ignores the
   stop (an engine waiting for a Ray head that is gone) is then gone before systemd's own
-  TimeoutStopSec, whose SIGKILL would reach reap.py too and leave systemd waiting once more
-  for the cgroup-empty notification. reap.py then ends by SIGTERM, a clean stop for systemd.
+  TimeoutStopSec, whose SIGKILL would reach reap too and leave systemd waiting once more
+  for the cgroup-empty notification. reap then ends by SIGTERM, a clean stop for systemd.
 * The exit status is ARGV's: the same code, or the same signal re-raised, so Restart= and
   RestartPreventExitStatus= see what they saw before.
 
-Stdlib only; Linux only (prctl).
+Linux only (prctl).
 """
 
 from __future__ import annotations
@@ -36,42 +35,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+from types import FrameType
+
+from .common import children_by_parent, descendants, kill_all
 
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def _children_by_parent() -> dict[int, list[int]]:
-    """Every process's PID, by its parent's PID, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            # /proc/PID/stat: "PID (COMM) STATE PPID ..."; COMM may hold spaces and parentheses.
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    return children
-
-
 def _children() -> list[int]:
     """The PIDs whose parent is this process (what the launch left, re-parented here)."""
-    return _children_by_parent().get(os.getpid(), [])
-
-
-def _descendants() -> list[int]:
-    """Every process below this one (what the launch started, and their children)."""
-    children, found, todo = _children_by_parent(), [], [os.getpid()]
-    while todo:
-        for pid in children.get(todo.pop(), []):
-            found.append(pid)
-            todo.append(pid)
-    return found
+    return children_by_parent().get(os.getpid(), [])
 
 
 def _reap(grace: float) -> None:
@@ -86,9 +60,7 @@ def _reap(grace: float) -> None:
         if pid:
             continue
         if time.monotonic() >= deadline:
-            for child in _children():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child, signal.SIGKILL)
+            kill_all(_children())
         time.sleep(0.05)
 
 
@@ -101,17 +73,17 @@ def main(argv: list[str]) -> int:
             stop_grace = float(argv[1])
         argv = argv[2:]
     if argv[:1] != ["--"] or len(argv) < 2:
-        print("usage: reap.py [--grace SECONDS] [--stop-grace SECONDS] -- ARGV...", file=sys.stderr)
+        print("usage: reap [--grace SECONDS] [--stop-grace SECONDS] -- ARGV...", file=sys.stderr)
         return 2
     argv = argv[1:]
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        print(f"reap.py: PR_SET_CHILD_SUBREAPER failed (errno {ctypes.get_errno()})", file=sys.stderr)
+        print(f"reap: PR_SET_CHILD_SUBREAPER failed (errno {ctypes.get_errno()})", file=sys.stderr)
     pending: list[int] = []
     child: subprocess.Popen[bytes] | None = None
     stop_by: list[float] = []  # when a stop that is not done by then gets SIGKILL
 
-    def forward(signum: int, _frame: object) -> None:
+    def forward(signum: int, _frame: FrameType | None) -> None:
         if signum in (signal.SIGTERM, signal.SIGINT) and not stop_by:
             stop_by.append(time.monotonic() + stop_grace)
         if child is None:  # before the launch started: delivered right after
@@ -132,10 +104,8 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             pass
         if stop_by and time.monotonic() >= stop_by[0]:
-            print(f"reap.py: the launch did not stop within {stop_grace:g} s of SIGTERM; killing it", file=sys.stderr)
-            for pid in _descendants():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            print(f"reap: the launch did not stop within {stop_grace:g} s of SIGTERM; killing it", file=sys.stderr)
+            kill_all(descendants(os.getpid()))
             stop_by[0] = float("inf")
     if stop_by and stop_by[0] == float("inf"):
         code = -signal.SIGTERM  # stopped as asked, if late: systemd counts the stop clean
@@ -147,7 +117,3 @@ def main(argv: list[str]) -> int:
         time.sleep(1)
         return 128 - code
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

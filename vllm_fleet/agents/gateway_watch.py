@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Active health checks for the gateway: nginx's own checks are passive, so a replica
 that is alive but hung (it accepts connections, never answers) would hold requests
 until the read timeout. This watcher asks every upstream's /health each interval and
@@ -11,7 +10,7 @@ the requests it already serves finish (nginx's reload is graceful).
 
 On every change it rewrites the upstream file and sends nginx's master SIGHUP. Each
 round it writes a status file (JSON: every upstream's state, since when, its failed
-checks) that the rolling restart and `vllm-fleet status` read. Stdlib only.
+checks) that the rolling restart and `vllm-fleet status` read.
 
 With vllm-router as the balancer (``routers`` in the configuration: one router per model
 on loopback, behind nginx), the same decisions go to each router through its admin API
@@ -19,7 +18,7 @@ instead: every round its worker list (GET /list_workers) is made the model's rep
 are in rotation (POST /add_worker, /remove_worker). A router that restarted comes back
 empty and gets its workers within a round; one that does not answer is retried each round.
 
-    gateway_watch.py --config watch.json [--once]
+    gateway_watch --config watch.json [--once]
 
 --once: one round of checks, write the upstream file, no reload, exit (the role runs it
 before nginx starts, so that nginx never starts without its upstream list).
@@ -29,32 +28,25 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import http.client
 import json
 import os
 import signal
-import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .common import HTTP_ERRORS, Say, StopFlag, http_ok, write_atomic
+
 UP, EJECTED, DRAINED = "up", "ejected", "drained"
 
 
-def say(text: str) -> None:
-    print(f"vllm-fleet gateway watch: {text}", flush=True)
+say = Say("vllm-fleet gateway watch")
 
 
 def healthy(upstream: str, timeout: float) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{upstream}/health", timeout=timeout) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
-        # HTTPException: something on the port that is not HTTP (BadStatusLine is no OSError).
-        return False
+    return http_ok(f"http://{upstream}/health", timeout)
 
 
 def router_call(address: str, method: str, path: str, timeout: float) -> str:
@@ -62,13 +54,6 @@ def router_call(address: str, method: str, path: str, timeout: float) -> str:
     request = urllib.request.Request(f"http://{address}{path}", method=method, data=b"" if method == "POST" else None)
     with urllib.request.urlopen(request, timeout=timeout) as resp:
         return str(resp.read().decode())
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 class Watch:
@@ -151,7 +136,7 @@ class Watch:
                         query = f"/{verb}_worker?url=" + urllib.parse.quote(url, safe="")
                         router_call(address, "POST", query, self.router_timeout)
                         say(f"router {address}: {verb} {url}")
-            except (urllib.error.URLError, OSError, ValueError, KeyError, http.client.HTTPException) as exc:
+            except (*HTTP_ERRORS, KeyError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 if st["error"] != error:
                     say(f"router {address}: {error}; trying again next round")
@@ -160,7 +145,7 @@ class Watch:
             st.update(workers=sorted(want), error=None)
 
     def render(self, upstreams: list[str] | None = None) -> str:
-        lines = ["# Written by gateway_watch.py (vllm-fleet): the replicas and which are in rotation."]
+        lines = ["# Written by gateway_watch (vllm-fleet): the replicas and which are in rotation."]
         for upstream in self.upstreams if upstreams is None else upstreams:
             st = self.state[upstream]
             if st["state"] == UP:
@@ -199,20 +184,13 @@ class Watch:
             say(f"cannot reload nginx ({self.pidfile}: {exc}); it picks the list up at its next start")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gateway_watch", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args(argv)
     watch = Watch(json.loads(args.config.read_text()))
-    stop = False
-
-    def _stop(_sig: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = StopFlag()
     if args.once:
         watch.check()
         # A replica that does not answer yet (it may still be loading) stays in rotation
@@ -231,7 +209,3 @@ def main(argv: list[str] | None = None) -> int:
         watch.write(reload=True)
         time.sleep(max(0.0, watch.interval - (time.monotonic() - started)))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Run one rank of a multi-node vLLM instance so that the group lives and dies as one.
 
-    group.py --role head   --bind ADDR:PORT  --name N --state DIR [--max-restarts K] -- ARGV...
-    group.py --role member --head ADDR:PORT  --name N --state DIR [--max-restarts K] -- ARGV...
+    group --role head   --bind ADDR:PORT  --name N --state DIR [--max-restarts K] -- ARGV...
+    group --role member --head ADDR:PORT  --name N --state DIR [--max-restarts K] -- ARGV...
 
 A lone restarted rank cannot rejoin its peers (vLLM builds the process group once),
 so every rank runs under this wrapper, which holds a presence connection between
@@ -16,10 +15,10 @@ the head and each member:
   the connection drops (the head died or restarted) or its own rank exits, it
   stops its rank and exits 1.
 
-systemd (``Restart=always``) or supervise.py then starts each rank again, and the
+systemd (``Restart=always``) or supervise then starts each rank again, and the
 whole group comes back together. Restarts are bounded: after ``--max-restarts``
 starts within ``--window`` seconds the wrapper prints why and exits 3, which the
-unit's ``RestartPreventExitStatus=3`` leaves stopped. Stdlib only.
+unit's ``RestartPreventExitStatus=3`` leaves stopped.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import select
 import signal
 import socket
@@ -35,13 +33,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import FrameType
+
+from .common import Say, stop_group, write_atomic
 
 GIVE_UP = 3
 CHECK_SECONDS = 1.0
 
 
 def say(name: str, text: str) -> None:
-    print(f"vllm-fleet group {name}: {text}", file=sys.stderr, flush=True)
+    Say(f"vllm-fleet group {name}", stderr=True)(text)
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -57,9 +58,7 @@ def count_start(state: Path, name: str, window: float, now: float) -> int:
     except (OSError, ValueError, TypeError):
         starts = []
     starts = [t for t in starts if now - t < window] + [now]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(starts))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(starts))
     return len(starts)
 
 
@@ -71,14 +70,8 @@ def start_child(argv: list[str]) -> subprocess.Popen[bytes]:
 def stop_child(child: subprocess.Popen[bytes] | None, grace: float = 20.0) -> None:
     if child is None or child.poll() is not None:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGTERM)
-    try:
-        child.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+    stop_group(child.pid, grace, lambda: child.poll() is not None)
+    child.wait()
 
 
 def _closed(sock: socket.socket) -> bool:
@@ -153,13 +146,13 @@ def run_member(args: argparse.Namespace, child_argv: list[str]) -> int:
         stop_child(child)
 
 
-def main(argv: list[str] | None = None) -> int:
-    raw = list(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str]) -> int:
+    raw = list(argv)
     if "--" not in raw:
-        print("usage: group.py --role head|member ... -- ARGV...", file=sys.stderr)
+        print("usage: group --role head|member ... -- ARGV...", file=sys.stderr)
         return 2
     split = raw.index("--")
-    parser = argparse.ArgumentParser(prog="group.py")
+    parser = argparse.ArgumentParser(prog="group")
     parser.add_argument("--role", choices=["head", "member"], required=True)
     parser.add_argument("--bind", help="head: ADDR:PORT to listen on")
     parser.add_argument("--head", help="member: the head's ADDR:PORT")
@@ -184,14 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     if starts > 1:
         say(args.name, f"start {starts} in the last {args.window:.0f} s (restart {starts - 1} of {args.max_restarts})")
 
-    def _term(signum: int, _frame: object) -> None:
+    def _term(_signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _term)
     if args.role == "head":
         return run_head(args, child_argv)
     return run_member(args, child_argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """The node's watchdog for hung vLLM launches: a process that crashed is restarted by
 its supervisor (systemd's Restart=, Docker's restart policy), but one that is alive and
 hung (a stuck engine, a stopped process) keeps its port and never exits. This asks each
 serving launch's /health every interval; after ``failures`` failed checks in a row it
 kills the launch and starts it again. A multi-node group follows its head: the group
-wrapper (group.py) of every member sees the head go and restarts its rank with it.
+wrapper (group) of every member sees the head go and restarts its rank with it.
 
 A stuck engine answers /health all the same (vLLM's /health only asks whether the engine
 core died; vLLM issues #11996, #39863): with ``stall_s`` set, each check of a healthy launch
@@ -13,9 +12,9 @@ generated for ``stall_s`` seconds is restarted too, with the reason in the journ
 
 A launch is watched only once it answered after its (re)start: vLLM loads and profiles
 for minutes first, which the role's start-up wait covers. A launch that is not running
-(stopped by the operator or the role) is left alone. Stdlib only.
+(stopped by the operator or the role) is left alone.
 
-    watchdog.py --config watchdog.json
+    watchdog --config watchdog.json
 
 watchdog.json: {"interval": S, "timeout": S, "failures": N, "stall_s": S (0: off), "status": PATH,
                 "launches": [{"name": N, "url": URL, "metrics_url": URL,
@@ -25,32 +24,27 @@ watchdog.json: {"interval": S, "timeout": S, "failures": N, "stall_s": S (0: off
 from __future__ import annotations
 
 import argparse
-import contextlib
-import http.client
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .common import (
+    Say,
+    StopFlag,
+    container_state,
+    descendants,
+    http_ok,
+    http_text,
+    kill_all,
+    output,
+    runs_agent,
+    unit_props,
+    write_atomic,
+)
 
-def say(text: str) -> None:
-    print(f"vllm-fleet watchdog: {text}", flush=True)
-
-
-def healthy(url: str, timeout: float) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
-        # HTTPException: something on the port that is not HTTP (BadStatusLine is no OSError).
-        return False
+say = Say("vllm-fleet watchdog")
 
 
 # vLLM's scheduler gauges and its generated-token counter (vllm/v1/metrics/loggers.py), summed
@@ -82,82 +76,37 @@ def progress(text: str) -> tuple[float, float] | None:
 
 
 def read_progress(url: str, timeout: float) -> tuple[float, float] | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return progress(resp.read(4 << 20).decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
-        return None
-
-
-def _out(argv: list[str]) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60).stdout.strip()
+    text = http_text(url, timeout)
+    return None if text is None else progress(text)
 
 
 def generation(launch: dict[str, Any]) -> str | None:
     """What identifies this start of the launch (None: not running)."""
     if launch["runtime"] == "container":
-        out = _out(["docker", "inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}", launch["unit"]])
-        running, _, started = out.partition(" ")
-        return started if running == "true" else None
-    props = dict(
-        line.split("=", 1)
-        for line in _out(["systemctl", "show", "-p", "ActiveState", "-p", "MainPID", launch["unit"]]).splitlines()
-        if "=" in line
-    )
+        found = container_state(launch["unit"], "{{.State.Running}} {{.State.StartedAt}}")
+        return found[1] if len(found) == 2 and found[0] == "true" else None
+    props = unit_props(launch["unit"], "ActiveState", "MainPID")
     if props.get("ActiveState") != "active" or props.get("MainPID", "0") == "0":
         return None
     return props["MainPID"]
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, their children...), from /proc."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1:
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _is_reaper(pid: str) -> bool:
-    """Whether the unit's main process is vllm_server's reap.py (the unit runs vLLM under it)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return any(arg.endswith(b"/reap.py") for arg in argv[:3])
-
-
 def restart(launch: dict[str, Any]) -> None:
     if launch["runtime"] == "container":
-        _out(["docker", "restart", "--time", "0", launch["unit"]])
+        output(["docker", "restart", "--time", "0", launch["unit"]])
         return
     # SIGKILL reaches a stopped process too (SIGTERM would wait for SIGCONT).
-    main = _out(["systemctl", "show", "-p", "MainPID", "--value", launch["unit"]])
-    if main.isdigit() and main != "0" and _is_reaper(main):
-        # Everything below reap.py, not reap.py itself: it reaps them and exits with the launch's
+    main = output(["systemctl", "show", "-p", "MainPID", "--value", launch["unit"]])
+    if main.isdigit() and main != "0" and runs_agent(main, "reap"):
+        # Everything below reap, not reap itself: it reaps them and exits with the launch's
         # status once none is left, so systemd sees an empty unit at once. Killing the main
         # process too would leave systemd waiting TimeoutStopSec for a cgroup-empty
         # notification that the legacy cgroup hierarchy in a container never sends.
-        for pid in descendants(int(main)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_all(descendants(int(main)))
     else:
         # Every process of the unit (vLLM's engine and workers are its children).
-        _out(["systemctl", "kill", "--signal=SIGKILL", launch["unit"]])
-    _out(["systemctl", "restart", launch["unit"]])
+        output(["systemctl", "kill", "--signal=SIGKILL", launch["unit"]])
+    output(["systemctl", "restart", launch["unit"]])
 
 
 def stalled(launch: dict[str, Any], seen: dict[str, Any], stall_s: float, timeout: float) -> bool:
@@ -182,8 +131,8 @@ def stalled(launch: dict[str, Any], seen: dict[str, Any], stall_s: float, timeou
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="watchdog", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text())
@@ -192,18 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     stall_s = float(config.get("stall_s", 0))
     status_path = Path(config["status"]) if config.get("status") else None
     launches: list[dict[str, Any]] = list(config["launches"])
-    state = {launch["name"]: {"gen": None, "watched": False, "fails": 0, "restarts": 0} for launch in launches}
+    state: dict[str, dict[str, Any]] = {
+        launch["name"]: {"gen": None, "watched": False, "fails": 0, "restarts": 0} for launch in launches
+    }
     # Per launch: the token counter last seen, when it last moved (or nothing was asked), and
     # the restarts for a stall (in the status file beside ``state``).
     moving: dict[str, dict[str, Any]] = {n: {"tokens": None, "since": None, "stalls": 0} for n in state}
-    stop = False
-
-    def _stop(_sig: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = StopFlag()
     say(f"watching {len(launches)} launch(es) every {interval:g} s; {failures} failed checks in a row restart one")
     while not stop:
         started = time.monotonic()
@@ -215,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 st.update(gen=gen, watched=False, fails=0)
                 if gen is None:
                     continue
-            if healthy(launch["url"], timeout):
+            if http_ok(launch["url"], timeout):
                 if not st["watched"]:
                     say(f"{launch['name']}: answers /health; watching it")
                     moving[launch["name"]].update(tokens=None, since=None)
@@ -239,14 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 restart(launch)
                 st.update(gen=generation(launch), watched=False, fails=0, restarts=st["restarts"] + 1)
         if status_path is not None:
-            tmp = status_path.with_name(f".{status_path.name}.tmp")
-            tmp.write_text(
-                json.dumps({"updated": time.time(), "launches": state, "progress": moving}, sort_keys=True) + "\n"
-            )
-            os.replace(tmp, status_path)
+            status = {"updated": time.time(), "launches": state, "progress": moving}
+            write_atomic(status_path, json.dumps(status, sort_keys=True) + "\n")
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
