@@ -69,6 +69,14 @@ def failures(done: subprocess.CompletedProcess[str], tail: int = 4000) -> str:
     return f"{head}\n=== end of output ===\n{done.stdout[-tail:]}{done.stderr[-2000:]}"
 
 
+def filter_plugins(root: Path = ROOT) -> dict[str, Any]:
+    """Every filter of plugins/filter/ (one file per filter), by name, as Ansible loads them."""
+    found: dict[str, Any] = {}
+    for path in sorted((root / "plugins" / "filter").glob("[!_]*.py")):
+        found.update(load_script(path).FilterModule().filters())
+    return found
+
+
 def load_script(path: Path) -> ModuleType:
     """Import a standalone script (a role's files/*.py) as a module, to test its functions."""
     spec = importlib.util.spec_from_file_location(path.stem, path)

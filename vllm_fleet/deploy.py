@@ -514,7 +514,7 @@ def fabric_all(settings: dict[str, dict[str, Any]], given: dict[str, Any] | None
 def fabric_of(node: str, settings: dict[str, Any], given: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """:func:`vllm_fleet.rdma.node_rdma` of ``node`` and of every other node ``given`` knows:
     ``{name: {"infiniband": gpu_facts' ports or None, "rdma": ..., "rdma_devices": ...,
-    "roce_gid_index": ...}}`` (the vllm_fleet_fabric filter).
+    "roce_gid_index": ...}}`` (vllm_fleet/hostvars.py fabric).
     ``node``'s own settings are ``settings``; a node absent from ``given`` has no facts. Another
     node whose settings cannot work is left out (its own record names the problem)."""
     given = dict(given or {})

@@ -4,16 +4,14 @@ membership, each node's KV bytes, the gateway and what verify probes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, filter_plugins
 from vllm_fleet import deploy, deployment, facts, interface
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError
@@ -393,19 +391,11 @@ def test_model_path(settings: dict[str, Any], context: dict[str, Any], expected:
     assert deploy.model_path(_settings(**settings), context) == expected
 
 
-def _plugin() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vllm_fleet_filter", ROOT / "plugins/filter/vllm_fleet.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_through_the_filter_plugin(eight_layers: Path) -> None:
     pytest.importorskip("ansible")
     from ansible.errors import AnsibleFilterError
 
-    filters = _plugin().FilterModule().filters()
+    filters = filter_plugins()
     hostvars = {
         "n1": {"vllm_fleet_model": "Qwen/Qwen3-8B", "vllm_fleet_port": "9000", "vllm_fleet_runtime": "systemd",
                "vllm_fleet_gpu_cout": 2, "vllm_fleet_plan": {"instances": []}, "ray_cluster_version": "2.61.0",
@@ -430,7 +420,7 @@ def test_through_the_filter_plugin(eight_layers: Path) -> None:
     plan = _pp2(eight_layers, "ray")
     plan["instances"].append(dict(plan["instances"][0], name="tiny-llama-8-1"))
     with pytest.raises(AnsibleFilterError, match="vllm_fleet_multinode_backend: node1 has stages"):
-        filters["vllm_fleet_node"](plan, "node1", _settings(model=str(eight_layers)), {})
+        filters["vllm_fleet_records"](plan, {"nodes": {"node1": _settings(model=str(eight_layers))}}, {"node1": {}})
 
 
 def test_an_empty_vllm_package_keeps_the_installed_vllm() -> None:

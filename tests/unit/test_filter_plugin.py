@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -8,35 +7,28 @@ from types import ModuleType
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, filter_plugins, load_script
 from vllm_fleet import deploy, interface
 
 pytest.importorskip("ansible")
 
 
 def _plugin() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vllm_fleet_filter", ROOT / "plugins/filter/vllm_fleet.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "plugins/filter/vllm_fleet_plan.py")
 
 
 def test_filters_return_the_cli_structure() -> None:
-    filters = _plugin().FilterModule().filters()
+    filters = filter_plugins()
     nodes = [{"name": "a800-node", "gpu": "A800", "gpu_count": 8}, {"name": "l20-node", "gpu": "L20", "gpu_count": 8}]
     plan = filters["vllm_fleet_plan"](nodes, "deepseek-ai/DeepSeek-R1", {"max_model_len": "32768", "port": 9000})
     assert plan["instances"][0]["layer_partition"] and plan["instances"][0]["port"] == 9000
-    assert filters["vllm_fleet_instances_on"](plan, "l20-node") == plan["instances"]
     assert "Plan for deepseek-ai/DeepSeek-R1" in filters["vllm_fleet_plan_table"](plan)
-    est = filters["vllm_fleet_estimate"]("Qwen/Qwen3-8B", 79.2, {"max_model_len": 8192})
-    assert est["fits"]
 
 
 def test_filter_errors_carry_the_planners_reason(tmp_path: Path) -> None:
     from ansible.errors import AnsibleFilterError
 
-    filters = _plugin().FilterModule().filters()
+    filters = filter_plugins()
     with pytest.raises(AnsibleFilterError, match=r"nodes\[0\] \(x\)\.gpu: unknown GPU 'Q1'"):
         filters["vllm_fleet_plan"]([{"name": "x", "gpu": "Q1", "gpu_count": 1}], "Qwen/Qwen3-8B")
     with pytest.raises(AnsibleFilterError, match=r"unknown wish\(es\) \['colour'\]"):
@@ -70,7 +62,7 @@ def test_settings_never_copy_a_secret_role_variable() -> None:
     hostvars = {
         "n1": {"vllm_fleet_model": "Qwen/Qwen3-8B", "ray_cluster_gcs_port": 6390, "ray_cluster_auth": True, **SECRETS}
     }
-    settings = _plugin().vllm_fleet_settings(hostvars, ["n1"])
+    settings = filter_plugins()["vllm_fleet_settings"](hostvars, ["n1"])
     kept = settings["role_vars"]["n1"]
     assert kept == {"ray_cluster_gcs_port": 6390, "ray_cluster_auth": True}
     assert not any(value in repr(settings) for value in SECRETS.values())
@@ -94,16 +86,16 @@ def test_every_secret_looking_role_option_is_no_log() -> None:
 def test_the_api_key_from_anywhere_opens_the_gateway_and_only_its_presence_is_kept() -> None:
     """$VLLM_API_KEY (not an inventory value) counts: the playbook passes whether there is a key."""
     hostvars = {"n1": {"vllm_fleet_model": "Qwen/Qwen3-8B"}}
-    plugin = _plugin()
-    assert plugin.vllm_fleet_settings(hostvars, ["n1"])["nodes"]["n1"]["api_key"] is False
-    assert plugin.vllm_fleet_settings(hostvars, ["n1"], True)["nodes"]["n1"]["api_key"] is True
+    settings = filter_plugins()["vllm_fleet_settings"]
+    assert settings(hostvars, ["n1"])["nodes"]["n1"]["api_key"] is False
+    assert settings(hostvars, ["n1"], True)["nodes"]["n1"]["api_key"] is True
 
 
 def test_the_planners_nodes_take_the_inventory_first_then_what_gpu_facts_found() -> None:
     """The merge of stated and detected values is the planner's (it was a set_fact per node in
     plan.yml): the inventory wins, memory/NVLink/free memory only from GPUs actually seen, the
     route's address and interface, and the cores counted there reach the record's context."""
-    filters = _plugin().FilterModule().filters()
+    filters = filter_plugins()
     found = {
         "gpu": "H100-SXM", "gpu_count": 8, "gpu_memory_gib": 79.6, "gpu_free_gib": 79.1, "nvlink": True,
         "nic_gbps": 400.0, "route_to_head": {"interface": "ib0", "address": "10.9.0.2"}, "cpu_cores": 96,
@@ -135,7 +127,7 @@ def test_the_planners_nodes_take_the_inventory_first_then_what_gpu_facts_found()
 
 
 def test_the_serve_batches_follow_what_each_node_last_applied() -> None:
-    filters = _plugin().FilterModule().filters()
+    filters = filter_plugins()
     rolling = {"enabled": True, "batch": 1, "reason": "2 replicas: 1 node(s) at a time, drained first"}
     stale = {"current": False, "reason": "launch vllm-0: argv changed"}
     hostvars = {

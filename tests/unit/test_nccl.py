@@ -172,9 +172,9 @@ def test_the_ansible_filter() -> None:
     pytest.importorskip("ansible")
     from ansible.errors import AnsibleFilterError
 
-    from tests.unit.test_filter_plugin import _plugin
+    from tests.conftest import filter_plugins
 
-    check = _plugin().FilterModule().filters()["vllm_fleet_nccl_check"]
+    check = filter_plugins()["vllm_fleet_nccl_check"]
     got = check(_log(SOCKET_FALLBACK), _facts(IB_ACTIVE), "node2")
     assert got == nccl.verdict(_log(SOCKET_FALLBACK), _facts(IB_ACTIVE), "node2") and got["ok"] is False
     assert check(_log(IB_GDR), _facts(IB_ACTIVE))["check"]["status"] == PASS

@@ -331,19 +331,15 @@ def test_the_plan_filter_takes_the_free_memory_facts_give_it() -> None:
     """plan_layout.yml hands each node's vllm_fleet_gpu_free_gib (set from gpu_facts in
     plan.yml) to the vllm_fleet_plan filter; the play then fails naming the inventory variable."""
     pytest.importorskip("ansible")
-    import importlib.util
 
     from ansible.errors import AnsibleFilterError
 
-    from tests.conftest import ROOT
+    from tests.conftest import filter_plugins
 
-    loader = importlib.util.spec_from_file_location("vllm_fleet_filter", ROOT / "plugins/filter/vllm_fleet.py")
-    assert loader and loader.loader
-    plugin = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(plugin)
+    plan_filter = filter_plugins()["vllm_fleet_plan"]
     host = facts.host_facts({"query_gpu": _busy_query(), "compute_apps": APPS})
     node = _node(None) | {"gpu_free_gib": str(host["gpu_free_gib"])}  # templated values arrive as text
     with pytest.raises(AnsibleFilterError, match="vllm_fleet_gpu_memory_utilization"):
-        plugin.vllm_fleet_plan([node], "Qwen/Qwen3-8B", {"max_model_len": 8192})
-    plan = plugin.vllm_fleet_plan([node], "Qwen/Qwen3-8B", {"max_model_len": 8192, "gpu_memory_utilization": 0.6})
+        plan_filter([node], "Qwen/Qwen3-8B", {"max_model_len": 8192})
+    plan = plan_filter([node], "Qwen/Qwen3-8B", {"max_model_len": 8192, "gpu_memory_utilization": 0.6})
     assert plan["instances"]

@@ -340,9 +340,9 @@ def test_the_table_and_the_json_form() -> None:
 
 
 def test_through_the_filter_plugin_no_secret_leaves_the_node(tmp_path: Path) -> None:
-    from plugins.filter.vllm_fleet import FilterModule
+    from tests.conftest import filter_plugins
 
-    filters = FilterModule().filters()
+    filters = filter_plugins()
     records = _deploy(TINY, {"node1": 2, "node2": 2})
     applied = _state(records)
     options = {"api_key": KEY, "hf_token": "hf_never", "server_env": {"S3_SECRET": "s3-never"},

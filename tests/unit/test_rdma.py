@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES
 from vllm_fleet import deploy, facts, interface, rdma
+from vllm_fleet import hostvars as inventory
 from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model_spec import load_model
@@ -41,7 +42,7 @@ def _settings(**values: Any) -> dict[str, Any]:
 
 
 def _fabric(nodes: dict[str, tuple[list[dict[str, Any]] | None, dict[str, Any]]]) -> dict[str, Any]:
-    """The record's ``fabric`` context as the vllm_fleet_fabric filter builds it."""
+    """The record's ``fabric`` context as vllm_fleet/hostvars.py builds it."""
     return {
         name: {"infiniband": ports, **{k: _settings(**values)[k] for k in deploy.FABRIC_KEYS}}
         for name, (ports, values) in nodes.items()
@@ -232,14 +233,8 @@ def test_a_record_without_facts_has_no_rdma() -> None:
     assert all(launch["env"]["NCCL_IB_DISABLE"] == "1" for launch in rec["launches"])
 
 
-def test_the_fabric_filter_reads_facts_and_settings() -> None:
-    from importlib import util
-
-    spec = util.spec_from_file_location("vllm_fleet_filter", ROOT / "plugins/filter/vllm_fleet.py")
-    assert spec is not None and spec.loader is not None
-    module = util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    fabric = module.FilterModule().filters()["vllm_fleet_fabric"]
+def test_the_records_fabric_reads_facts_and_settings() -> None:
+    fabric = inventory.fabric
     settings = {"nodes": {"a": _settings(roce_gid_index=3), "b": _settings(rdma="off")}}
     hostvars = {"a": {"gpu_facts_found": {"infiniband": _ports("roce-2x200")}}, "b": {}}
     got = fabric(settings, hostvars, ["a", "b", "c"])

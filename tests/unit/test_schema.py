@@ -33,7 +33,7 @@ from vllm_fleet.cli import main
 import vllm_fleet as _pkg
 assert _pkg.__file__.startswith(sys.argv[1]), _pkg.__file__
 from importlib import util
-spec = util.spec_from_file_location("fleet_filter", Path(sys.argv[1]) / "plugins/filter/vllm_fleet.py")
+spec = util.spec_from_file_location("fleet_filter", Path(sys.argv[1]) / "plugins/filter/vllm_fleet_plan.py")
 filt = util.module_from_spec(spec); spec.loader.exec_module(filt)
 out = {}
 out["variable"] = interface.resolve({"vllm_fleet_model": "m", "vllm_fleet_seed": "7"})["seed"]

@@ -8,7 +8,6 @@ Every model is a tiny folder in ``tmp_path`` with the config.json shapes real ch
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, filter_plugins
 from vllm_fleet import interface
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
@@ -484,17 +483,13 @@ def test_the_cli_names_flags_for_inventory_names(tmp_path: Path, capsys: pytest.
 
 def _plugin() -> Any:
     pytest.importorskip("ansible")
-    spec = importlib.util.spec_from_file_location("vllm_fleet_filter_parity", ROOT / "plugins/filter/vllm_fleet.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return filter_plugins()
 
 
 def test_the_filters_name_inventory_variables() -> None:
     from ansible.errors import AnsibleFilterError
 
-    filters = _plugin().FilterModule().filters()
+    filters = _plugin()
     with pytest.raises(AnsibleFilterError) as err:
         filters["vllm_fleet_plan"](
             [{"name": "x", "gpu": "H100", "gpu_count": 1}], "Qwen/Qwen3-8B", {"max_model_len": 10**6}
