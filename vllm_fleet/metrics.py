@@ -1,35 +1,29 @@
-"""A small, strict parser of the Prometheus text exposition format (version 0.0.4).
-
-What ``GET /metrics`` of a vLLM server returns (prometheus_client's ``generate_latest``)::
+"""Read what ``GET /metrics`` of a vLLM server returns: the Prometheus text exposition format
+(version 0.0.4), parsed by prometheus_client's own parser (the reference: vLLM exports with
+prometheus_client's ``generate_latest``)::
 
     # HELP vllm:generation_tokens_total Number of generation tokens processed.
     # TYPE vllm:generation_tokens_total counter
     vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 300.0
 
-Samples with labels (values escaped as ``\\\\``, ``\\"`` and ``\\n``), ``+Inf`` / ``-Inf`` /
-``NaN``, optional millisecond timestamps, ``# HELP`` / ``# TYPE`` lines and plain comments.
-Anything else is a :class:`MetricsParseError` naming the line: a half-read page must not
-turn into numbers. No Prometheus server and no prometheus_client needed.
+Anything the parser refuses is a :class:`MetricsParseError` naming the first line it refuses:
+a half-read page must not turn into numbers. A series given twice is refused too (the parser
+keeps both; summed, they would count one engine twice). No Prometheus server needed.
 
 :func:`total` and :func:`by_label` sum a metric over its label sets: with data parallelism
 vLLM exports one series per engine (``engine="0"``, ``engine="1"``...).
+
+prometheus_client costs about 35 ms to import: only ``vllm-fleet status`` loads this module
+(the CLI imports it for that command alone), never the planner.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_SPECIAL = {"+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
-_TIMESTAMP = re.compile(r"-?[0-9]+")
-_BLANK = " \t"
-_UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
+from prometheus_client.parser import text_string_to_metric_families
 
 
 class MetricsParseError(ValueError):
@@ -52,157 +46,65 @@ class Sample:
 @dataclass
 class Exposition:
     samples: list[Sample] = field(default_factory=list)
-    types: dict[str, str] = field(default_factory=dict)  # metric name -> counter, gauge, ...
+    types: dict[str, str] = field(default_factory=dict)  # metric family -> counter, gauge, ...
     helps: dict[str, str] = field(default_factory=dict)
 
     def named(self, name: str) -> list[Sample]:
         return [s for s in self.samples if s.name == name]
 
 
-def _unescape_help(text: str, lineno: int) -> str:
-    out = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            nxt = text[i + 1 : i + 2]
-            if nxt not in ("\\", "n"):
-                raise MetricsParseError(lineno, f"bad escape '\\{nxt}' in HELP (only \\\\ and \\n)")
-            out.append(_UNESCAPE[nxt])
-            i += 2
+def _families(text: str) -> Exposition:
+    exp = Exposition()
+    for family in text_string_to_metric_families(text):
+        exp.types[family.name] = family.type
+        if family.documentation:
+            exp.helps[family.name] = family.documentation
+        for s in family.samples:
+            stamp = None if s.timestamp is None else round(float(s.timestamp) * 1000)
+            exp.samples.append(Sample(s.name, dict(s.labels), float(s.value), stamp))
+    return exp
+
+
+def _first_bad_line(lines: list[str]) -> int:
+    """The 1-based line where the parser first refuses ``lines`` (it reads them in order)."""
+    for n in range(1, len(lines) + 1):
+        try:
+            list(text_string_to_metric_families("\n".join(lines[:n]) + "\n"))
+        except ValueError:
+            return n
+    return len(lines)
+
+
+def _line_of(text: str, key: tuple[str, tuple[tuple[str, str], ...]], nth: int) -> int:
+    """The 1-based line of the ``nth`` sample of series ``key``."""
+    count = 0
+    for n, line in enumerate(text.split("\n"), start=1):
+        if line.lstrip().startswith("#") or not line.strip():
             continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-_META = re.compile(r"#[ \t]+(HELP|TYPE)(?:[ \t]+(\S*))?(?:[ \t]+(.*))?")
-
-
-def _comment(line: str, lineno: int, exp: Exposition, seen: set[str]) -> None:
-    m = _META.fullmatch(line)
-    if not m:
-        return  # a plain comment
-    keyword, name, value = m.group(1), m.group(2) or "", m.group(3) or ""
-    if not _NAME.fullmatch(name):
-        raise MetricsParseError(lineno, f"# {keyword} needs a metric name, got {name!r}")
-    if keyword == "HELP":
-        if name in exp.helps:
-            raise MetricsParseError(lineno, f"second # HELP for {name}")
-        exp.helps[name] = _unescape_help(value, lineno)
-        return
-    kind = value.strip(_BLANK)
-    if kind not in TYPES:
-        raise MetricsParseError(lineno, f"# TYPE {name}: unknown type {kind!r} (one of {', '.join(sorted(TYPES))})")
-    if name in exp.types:
-        raise MetricsParseError(lineno, f"second # TYPE for {name}")
-    if name in seen:
-        raise MetricsParseError(lineno, f"# TYPE {name} after its samples")
-    exp.types[name] = kind
-
-
-def _labels(line: str, pos: int, lineno: int) -> tuple[dict[str, str], int]:
-    """The labels of ``{...}`` starting at ``line[pos] == '{'``; returns them and the index after ``}``."""
-    labels: dict[str, str] = {}
-    i = pos + 1
-    while True:
-        while i < len(line) and line[i] in _BLANK:
-            i += 1
-        if i < len(line) and line[i] == "}":
-            return labels, i + 1
-        m = _LABEL_NAME.match(line, i)
-        if not m:
-            raise MetricsParseError(lineno, f"expected a label name or '}}' at column {i + 1}")
-        lname = m.group()
-        i = m.end()
-        while i < len(line) and line[i] in _BLANK:
-            i += 1
-        if line[i : i + 2] != '="':
-            raise MetricsParseError(lineno, f'expected =" after label {lname} at column {i + 1}')
-        i += 2
-        chars = []
-        while True:
-            if i >= len(line):
-                raise MetricsParseError(lineno, f"label {lname}: unterminated value")
-            ch = line[i]
-            if ch == '"':
-                i += 1
-                break
-            if ch == "\\":
-                nxt = line[i + 1 : i + 2]
-                if nxt not in _UNESCAPE:
-                    raise MetricsParseError(lineno, f"label {lname}: bad escape '\\{nxt}' (only \\\\, \\\" and \\n)")
-                chars.append(_UNESCAPE[nxt])
-                i += 2
-                continue
-            chars.append(ch)
-            i += 1
-        if lname in labels:
-            raise MetricsParseError(lineno, f"label {lname} twice")
-        labels[lname] = "".join(chars)
-        while i < len(line) and line[i] in _BLANK:
-            i += 1
-        if i < len(line) and line[i] == ",":
-            i += 1
-        elif i < len(line) and line[i] == "}":
-            return labels, i + 1
-        else:
-            raise MetricsParseError(lineno, f"expected ',' or '}}' after label {lname} at column {i + 1}")
-
-
-def parse_value(text: str) -> float:
-    """A sample value: a decimal float, ``+Inf``, ``-Inf`` or ``NaN`` (not Python's 'inf', '1_0')."""
-    if text in _SPECIAL:
-        return _SPECIAL[text]
-    if not _NUMBER.fullmatch(text):
-        raise ValueError(f"{text!r} is not a number")
-    return float(text)
-
-
-def _sample(line: str, lineno: int) -> Sample:
-    m = _NAME.match(line)
-    if not m:
-        raise MetricsParseError(lineno, f"expected a metric name, got {line[:40]!r}")
-    name = m.group()
-    i = m.end()
-    labels: dict[str, str] = {}
-    if i < len(line) and line[i] == "{":
-        labels, i = _labels(line, i, lineno)
-    if i < len(line) and line[i] not in _BLANK:
-        raise MetricsParseError(lineno, f"{name}: unexpected {line[i]!r} at column {i + 1}")
-    fields = line[i:].split()
-    if len(fields) not in (1, 2) or any(c not in _BLANK for c in line[i:] if c.isspace()):
-        raise MetricsParseError(lineno, f"{name}: expected 'value [timestamp]', got {line[i:].strip()!r}")
-    try:
-        value = parse_value(fields[0])
-    except ValueError as exc:
-        raise MetricsParseError(lineno, f"{name}: {exc}") from None
-    timestamp = None
-    if len(fields) == 2:
-        if not _TIMESTAMP.fullmatch(fields[1]):
-            raise MetricsParseError(lineno, f"{name}: timestamp {fields[1]!r} is not integer milliseconds")
-        timestamp = int(fields[1])
-    return Sample(name, labels, value, timestamp)
+        for s in _families(line).samples:
+            if (s.name, tuple(sorted(s.labels.items()))) == key:
+                count += 1
+                if count == nth:
+                    return n
+    return 0
 
 
 def parse(text: str) -> Exposition:
-    """Every sample, ``# TYPE`` and ``# HELP`` of ``text``; :class:`MetricsParseError` on anything else."""
-    exp = Exposition()
-    seen_names: set[str] = set()
-    seen_series: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip(_BLANK):
-            continue
-        if line.startswith("#"):
-            _comment(line, lineno, exp, seen_names)
-            continue
-        sample = _sample(line.lstrip(_BLANK), lineno)
+    """Every sample, ``# TYPE`` and ``# HELP`` of ``text``; :class:`MetricsParseError` on what the
+    reference parser refuses and on a series given twice."""
+    try:
+        exp = _families(text)
+    except ValueError as exc:  # prometheus_client's errors name the content, not the line
+        lines = text.split("\n")
+        line = _first_bad_line(lines)
+        problem = str(exc).strip() or f"cannot parse {lines[line - 1][:60]!r}"
+        raise MetricsParseError(line, problem) from None
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for sample in exp.samples:
         key = (sample.name, tuple(sorted(sample.labels.items())))
-        if key in seen_series:
-            raise MetricsParseError(lineno, f"{sample.name}{dict(sample.labels)} twice")
-        seen_series.add(key)
-        seen_names.add(sample.name)
-        exp.samples.append(sample)
+        if key in seen:
+            raise MetricsParseError(_line_of(text, key, 2), f"{sample.name}{dict(sample.labels)} twice")
+        seen.add(key)
     return exp
 
 

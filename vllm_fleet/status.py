@@ -19,6 +19,7 @@ It is read from the environment only, never from the command line (argv is visib
 
 from __future__ import annotations
 
+import argparse
 import email.utils
 import json
 import math
@@ -502,3 +503,14 @@ def run(
     except KeyboardInterrupt:
         return 0
     return code
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """``vllm-fleet status`` (its flags parsed by vllm_fleet/cli.py): the plan's instances, once
+    or every ``--watch`` seconds."""
+    if args.inventory:
+        plan = load_plan(plan_from_inventory(args.inventory), "--inventory")
+        targets = targets_from_plan(plan, "--inventory")
+    else:
+        targets = targets_from_plan(load_plan(args.plan, "--plan"), "--plan")
+    return run(targets, watch=args.watch, as_json=args.json)

@@ -4,6 +4,7 @@ is on for vllm_fleet/), and the modules it holds stay small (issue: the planner 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -83,3 +84,13 @@ def test_the_node_agents_import_the_stdlib_and_each_other_only() -> None:
                 found[path.name] = found.get(path.name, set()) | outside
     assert not found, f"the node agents import outside the stdlib: {found}"
     assert {p.stem for p in agents.glob("*.py")} >= {"common", "supervise", "group", "reap", "watchdog"}
+
+
+def test_the_planners_commands_do_not_load_the_status_reader() -> None:
+    """prometheus_client (about 35 ms to import) loads for `vllm-fleet status` alone."""
+    probe = "import sys, vllm_fleet.cli; print(sorted(m for m in sys.modules if 'prometheus' in m))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.strip() == "[]"
+    probe = "import sys, vllm_fleet.status; print('prometheus_client.parser' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.strip() == "True"

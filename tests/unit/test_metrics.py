@@ -34,7 +34,7 @@ def test_vllm_0_32_exposition_one_engine() -> None:
     assert total(exp, "vllm:prefix_cache_hits_total") == 600
     assert total(exp, "vllm:num_preemptions_total") == 1
     assert label_values(exp, "vllm:cache_config_info", "num_gpu_blocks") == ["14695"]
-    assert exp.types["vllm:generation_tokens_total"] == "counter"
+    assert exp.types["vllm:generation_tokens"] == "counter"  # the family, as prometheus_client names it
     assert exp.types["vllm:num_requests_running"] == "gauge"
     assert exp.helps["vllm:kv_cache_usage_perc"].startswith("KV-cache usage")
     start = total(exp, "process_start_time_seconds")
@@ -86,43 +86,44 @@ def test_escapes_special_values_timestamps_and_comments() -> None:
     assert math.isnan(exp.samples[2].value) and exp.samples[2].timestamp_ms == -5
     assert [s.value for s in exp.samples[3:]] == [0.0015, 42.0, 0.5]
     assert exp.helps == {"m": "line one\nline two \\ end"}
-    assert exp.types == {"m": "gauge"}
+    assert {k: v for k, v in exp.types.items() if v != "unknown"} == {"m": "gauge"}
 
 
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("m\n", "expected 'value [timestamp]'"),
-        ("m 1 2 3\n", "expected 'value [timestamp]'"),
-        ("m 1_000\n", "not a number"),
-        ("m inf\n", "not a number"),
-        ("m 0x10\n", "not a number"),
-        ("m 1 1.5\n", "not integer milliseconds"),
-        ('m{a="1} 1\n', "unterminated"),
-        ('m{a="\\t"} 1\n', "bad escape"),
-        ('m{a="1",a="2"} 1\n', "label a twice"),
-        ('m{1a="x"} 1\n', "expected a label name"),
-        ("m{a=1} 1\n", 'expected ="'),
-        ('m{a="1" b="2"} 1\n', "expected ',' or '}'"),
-        ('m{a="1"}x 1\n', "unexpected"),
-        ('m{a="1"} 1\nm{a="1"} 2\n', "twice"),
-        ("m 1\n# TYPE m gauge\n", "after its samples"),
-        ("# TYPE m gauge\n# TYPE m counter\n", "second # TYPE"),
-        ("# TYPE m widget\n", "unknown type"),
-        ("# HELP m a\n# HELP m b\n", "second # HELP"),
-        ("# HELP m bad \\t escape\n", "bad escape"),
-        ("# TYPE 9m gauge\n", "needs a metric name"),
-        ("9m 1\n", "expected a metric name"),
-        ("m 1\r\n", "expected 'value [timestamp]'"),  # CRLF: lines end with \n only
-        ("m 1\x0b\n", "expected 'value [timestamp]'"),
-        ("<html>500 Internal Server Error</html>\n", "expected a metric name"),
+        ("m\n", "invalid metric name"),
+        ("m 1_000\n", "Invalid value"),
+        ("m 0x10\n", "could not convert"),
+        ('m{a="1} 1\n', "could not convert"),
+        ('m{a="1",a="2"} 1\n', "Invalid labels"),
+        ('m{1a="x"} 1\n', "Invalid labels"),
+        ("m{a=1} 1\n", "Invalid labels"),
+        ('m{a="1" b="2"} 1\n', "Invalid labels"),
+        ('m{a="1"}x 1\n', "could not convert"),
+        ('m{a="1"} 1\nm{a="1"} 2\n', "twice"),  # ours: summed, it would count twice
+        ("# TYPE m widget\n", "Invalid metric type"),
+        ("# TYPE 9m gauge\n", "cannot parse"),
+        ("9m 1\n", "invalid metric name"),
+        ("<html>500 Internal Server Error</html>\n", "invalid metric name"),
     ],
 )
 def test_refuses_what_is_not_the_text_format(text: str, words: str) -> None:
+    """What prometheus_client's parser refuses, and a series given twice, with the line."""
     with pytest.raises(MetricsParseError, match=None) as err:
         parse(text)
     assert words in str(err.value), str(err.value)
     assert str(err.value).startswith("line ")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["m inf\n", 'm{a="\\t"} 1\n', "m 1\r\n", "# HELP m a\n# HELP m b\n", "m 1\n# TYPE m gauge\n"],
+)
+def test_takes_what_the_reference_parser_takes(text: str) -> None:
+    """Where the reference parser is lenient (Python's float spelling, an unknown escape kept,
+    CRLF, a second HELP, a TYPE after samples), so is status: the numbers are vLLM's own."""
+    parse(text)
 
 
 def test_the_error_names_the_line() -> None:
@@ -132,7 +133,8 @@ def test_the_error_names_the_line() -> None:
 
 
 _names = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,12}", fullmatch=True)
-_label_names = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True)
+# Names beginning with __ are reserved for Prometheus itself (the parser refuses them).
+_label_names = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True).filter(lambda n: not n.startswith("__"))
 _values = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(-(10**12), 10**12).map(float),
@@ -142,7 +144,8 @@ _samples = st.builds(
     name=_names,
     labels=st.dictionaries(_label_names, st.text(max_size=12), max_size=4),
     value=_values,
-    timestamp_ms=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+    # Milliseconds of this era and the next (the parser reads seconds as a float: exact to 2**50 ms).
+    timestamp_ms=st.one_of(st.none(), st.integers(-(2**41), 2**41)),
 )
 
 

@@ -185,7 +185,7 @@ def test_a_page_that_is_not_the_text_format_is_a_note(stand_ins: list[StandIn]) 
     t = _target(s.endpoint)
     row = status.summarize(t, status.scrape(t))
     assert row.healthy and row.running is None
-    assert row.notes and row.notes[0].startswith("/metrics: line 1: expected a metric name")
+    assert row.notes and row.notes[0].startswith("/metrics: line 1: invalid metric name")
 
 
 def test_another_served_model_and_fewer_blocks_are_said(stand_ins: list[StandIn]) -> None:
