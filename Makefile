@@ -51,7 +51,7 @@ doctor: $(STAMP)
 
 # The README's inventory table, from the declarations (a unit test keeps them equal).
 docs: $(STAMP)
-	$(BIN)/python -m vllm_fleet.interface README.md
+	$(BIN)/python -m vllm_fleet.inventory.interface README.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check vllm_fleet tests plugins roles

@@ -21,22 +21,25 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet import deploy, deployment, interface, preview, schema, tools
+from vllm_fleet import schema, tools
 from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
+from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB, Device, Settings
-from vllm_fleet.allocate import allocate, combined_plan, load_wishes, render_allocation
-from vllm_fleet.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
-from vllm_fleet.doctor import BundleError, evaluate, exit_code, render, to_json
+from vllm_fleet.deploy import deployment, records
+from vllm_fleet.deploy.rayserve import serve_config
 from vllm_fleet.errors import PlanError, for_cli
-from vllm_fleet.memory import estimate
+from vllm_fleet.inventory import interface
+from vllm_fleet.model.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import ALLOW_DEPRECATED, check_quantization_flag
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.rayserve import serve_config
-from vllm_fleet.strategy import Wishes, load_cluster, plan_cluster
-from vllm_fleet.table import render_estimate, render_plan
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.ops import preview
+from vllm_fleet.ops.doctor import BundleError, evaluate, exit_code, render, to_json
+from vllm_fleet.planning.allocate import allocate, combined_plan, load_wishes, render_allocation
+from vllm_fleet.planning.strategy import Wishes, load_cluster, plan_cluster
+from vllm_fleet.planning.table import render_estimate, render_plan
 
 
 def _positive_float(text: str) -> float:
@@ -436,7 +439,7 @@ def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str
     result = plan_cluster(spec, cluster, Wishes(**merged))
     _with_extra_args(result, list(merged.get("extra_args") or []))
     saved_nodes = _mapping(inputs.get("nodes"))
-    records: dict[str, dict[str, Any]] = {}
+    by_node: dict[str, dict[str, Any]] = {}
     parts: dict[str, dict[str, Any]] = {}
     try:
         for node in [n["name"] for n in result["nodes"]]:
@@ -446,9 +449,9 @@ def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str
                 settings["runtime"] = args.runtime
             if args.vllm_version:
                 settings["vllm_version"] = args.vllm_version
-            record = deploy.node_record(result, node, settings, dict(mine.get("context") or {}))
+            record = records.node_record(result, node, settings, dict(mine.get("context") or {}))
             image = mine.get("image") if mine.get("image_base") == record["vllm"]["image"] else None
-            records[node] = record
+            by_node[node] = record
             parts[node] = preview.node_state(record, server_env=mine.get("server_env") or {}, image=image)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, PlanError):
@@ -456,16 +459,16 @@ def run_diff(args: argparse.Namespace, spec: Any, cluster: Any, wishes: dict[str
         raise PlanError(
             "--diff", f"malformed inputs ({type(exc).__name__}: {exc})", "write it with playbooks/preview.yml"
         ) from exc
-    first = _mapping(saved_nodes.get(next(iter(records), "")))
+    first = _mapping(saved_nodes.get(next(iter(by_node), "")))
     shared = dict(first.get("settings") or interface.resolve({"vllm_fleet_model": args.model}))
-    gateway = deployment.gateway_of(result, shared) if records else None
-    found = preview.diff(applied, preview.planned_state(parts, records, gateway))
+    gateway = deployment.gateway_of(result, shared) if by_node else None
+    found = preview.diff(applied, preview.planned_state(parts, by_node, gateway))
     print(json.dumps(found.to_dict(), indent=2) if args.json else preview.render(found))
     return 0
 
 
 def run_allocate(args: argparse.Namespace) -> int:
-    """``plan --models``: several models on one cluster (vllm_fleet/allocate.py)."""
+    """``plan --models``: several models on one cluster (vllm_fleet/planning/allocate.py)."""
 
     cluster = load_cluster(args.cluster)
     result = allocate(load_wishes(args.models), cluster)
@@ -511,7 +514,7 @@ def run_plan(args: argparse.Namespace) -> int:
         )
         # As the plan phase computes it: a model folder on this machine is copied to the nodes.
         context = {"model_is_dir": Path(args.model).is_dir()}
-        print(json.dumps(deploy.node_record(result, args.node, settings, context), indent=2))
+        print(json.dumps(records.node_record(result, args.node, settings, context), indent=2))
         return 0
     if args.json:
         print(json.dumps(result, indent=2))
@@ -569,7 +572,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 # Commands whose module loads only when they run: its run_args(args) returns the exit code.
-ELSEWHERE = {"status": "vllm_fleet.status"}
+ELSEWHERE = {"status": "vllm_fleet.ops.status"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -207,7 +207,7 @@ class ServingOptions:
         multimodal=True,
         memory="the tower's weights per GPU",
     )
-    # LoRA (vllm_fleet/options.py): rendered with --enable-lora only.
+    # LoRA (vllm_fleet/accounting/options.py): rendered with --enable-lora only.
     enable_lora: bool = opt(False, "--enable-lora", "serve LoRA adapters", memory="A/B slots on every wrapped layer")
     max_loras: int = opt(
         1,

@@ -13,9 +13,10 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import deployment, interface
-from vllm_fleet import hostvars as inventory
+from vllm_fleet.deploy import deployment
 from vllm_fleet.errors import PlanError, for_inventory
+from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.inventory import interface
 
 DOCUMENTATION = r"""
 name: vllm_fleet_check_ports

@@ -13,9 +13,9 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import deployment
-from vllm_fleet import hostvars as inventory
+from vllm_fleet.deploy import deployment
 from vllm_fleet.errors import PlanError, for_inventory
+from vllm_fleet.inventory import hostvars as inventory
 
 DOCUMENTATION = r"""
 name: vllm_fleet_deployment
@@ -23,7 +23,7 @@ short_description: "What the whole deployment shares, computed once"
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "The deployment's gateway, verify, monitoring and rolling parts (C(vllm_fleet/deployment.py)), once,
+  - "The deployment's gateway, verify, monitoring and rolling parts (C(vllm_fleet/deploy/deployment.py)), once,
     on the controller."
   - "The first node's settings are the deployment-wide ones; the gateway and monitoring hosts' addresses
     come from C(hostvars)."

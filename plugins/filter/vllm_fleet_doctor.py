@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import doctor
+from vllm_fleet.ops import doctor
 
 DOCUMENTATION = r"""
 name: vllm_fleet_doctor
@@ -21,7 +21,7 @@ short_description: "The doctor's verdict on a bundle"
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "Every check of C(vllm_fleet/doctor.py) on the gathered bundle: the same bundle gives the same
+  - "Every check of C(vllm_fleet/ops/doctor.py) on the gathered bundle: the same bundle gives the same
     verdict on a laptop."
 options:
   _input:

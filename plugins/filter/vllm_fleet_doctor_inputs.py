@@ -11,8 +11,8 @@ from typing import Any
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import doctor
-from vllm_fleet import hostvars as inventory
+from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.ops import doctor
 
 DOCUMENTATION = r"""
 name: vllm_fleet_doctor_inputs
@@ -20,7 +20,7 @@ short_description: "What the doctor play checks on each node"
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "By node: the ports, paths and addresses the doctor checks (C(vllm_fleet/doctor.py) inputs_of)."
+  - "By node: the ports, paths and addresses the doctor checks (C(vllm_fleet/ops/doctor.py) inputs_of)."
 positional: hostvars
 options:
   _input:

@@ -13,8 +13,8 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import doctor
-from vllm_fleet import hostvars as inventory
+from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.ops import doctor
 
 DOCUMENTATION = r"""
 name: vllm_fleet_doctor_node
@@ -22,7 +22,7 @@ short_description: "One node's part of the doctor's bundle"
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "The node's registered probe results as the doctor's bundle part (C(vllm_fleet/doctor.py) gathered)."
+  - "The node's registered probe results as the doctor's bundle part (C(vllm_fleet/ops/doctor.py) gathered)."
 positional: inputs, facts
 options:
   _input:

@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet.facts import host_facts
+from vllm_fleet.inventory.facts import host_facts
 
 DOCUMENTATION = r"""
 name: vllm_fleet_gpu_facts

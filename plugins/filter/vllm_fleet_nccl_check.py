@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import nccl
+from vllm_fleet.ops import nccl
 
 DOCUMENTATION = r"""
 name: vllm_fleet_nccl_check
@@ -21,7 +21,7 @@ short_description: "NCCL's transports in a log against what the node's facts pro
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "Parses an C(NCCL_DEBUG=INFO) log (C(vllm_fleet/nccl.py)) and checks its transports against the
+  - "Parses an C(NCCL_DEBUG=INFO) log (C(vllm_fleet/ops/nccl.py)) and checks its transports against the
     node's gpu_facts."
   - "C(ok) is false only when NCCL fell back to sockets on a node with an active InfiniBand or RoCE port."
 positional: facts, node

@@ -13,11 +13,11 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import hostvars as inventory
-from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_inventory
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import cluster_from_data
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 DOCUMENTATION = r"""
 name: vllm_fleet_plan
@@ -25,7 +25,7 @@ short_description: "Choose the vLLM layout of a model on a cluster"
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "Calls C(vllm_fleet.strategy.plan_cluster) with the nodes and the operator's wishes."
+  - "Calls C(vllm_fleet.planning.strategy.plan_cluster) with the nodes and the operator's wishes."
   - "Fails with the planner's one-line reason (field and fix) when the request cannot work."
 positional: model
 options:

@@ -13,10 +13,10 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import hostvars as inventory
-from vllm_fleet.allocate import allocate, combined_plan, wishes_from_data
-from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_inventory
+from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.planning.allocate import allocate, combined_plan, wishes_from_data
+from vllm_fleet.planning.cluster import cluster_from_data
 
 DOCUMENTATION = r"""
 name: vllm_fleet_plan_models
@@ -24,7 +24,7 @@ short_description: "Allocate several models on the nodes as one plan"
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "Several models on the nodes (C(vllm_fleet_models)): the allocation (C(vllm_fleet/allocate.py)) as
+  - "Several models on the nodes (C(vllm_fleet_models)): the allocation (C(vllm_fleet/planning/allocate.py)) as
     one plan."
   - "Every model inherits the deployment-wide wishes unless its entry says otherwise."
 positional: models

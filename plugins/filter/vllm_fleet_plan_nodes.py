@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import hostvars as inventory
+from vllm_fleet.inventory import hostvars as inventory
 
 DOCUMENTATION = r"""
 name: vllm_fleet_plan_nodes

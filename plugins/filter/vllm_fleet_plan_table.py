@@ -11,7 +11,7 @@ from typing import Any
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet.table import render_plan
+from vllm_fleet.planning.table import render_plan
 
 DOCUMENTATION = r"""
 name: vllm_fleet_plan_table

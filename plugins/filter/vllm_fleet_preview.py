@@ -13,9 +13,9 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import hostvars as inventory
-from vllm_fleet import preview
 from vllm_fleet.errors import PlanError
+from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.ops import preview
 
 DOCUMENTATION = r"""
 name: vllm_fleet_preview
@@ -23,7 +23,7 @@ short_description: "What applying the plan starts, restarts or stops"
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "Every node's changes (C(vllm_fleet/preview.py) report): what starts, restarts or stops, warnings, a
+  - "Every node's changes (C(vllm_fleet/ops/preview.py) report): what starts, restarts or stops, warnings, a
     summary, and the applied and planned states."
 positional: gateways, wishes, gateway
 options:

@@ -13,8 +13,8 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import hostvars as inventory
-from vllm_fleet import preview
+from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.ops import preview
 
 DOCUMENTATION = r"""
 name: vllm_fleet_preview_node
@@ -23,7 +23,7 @@ version_added: 0.1.0
 author: vllm-fleet
 description:
   - "The node's planned state, the records read on it and the inputs a laptop plans again with
-    (C(vllm_fleet/preview.py) node_part)."
+    (C(vllm_fleet/ops/preview.py) node_part)."
   - "The API key and Hub token in C(options) are hashed here and never returned."
 positional: applied, options
 options:

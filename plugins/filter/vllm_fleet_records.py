@@ -13,9 +13,9 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import deploy
-from vllm_fleet import hostvars as inventory
+from vllm_fleet.deploy import records
 from vllm_fleet.errors import PlanError, for_inventory
+from vllm_fleet.inventory import hostvars as inventory
 
 DOCUMENTATION = r"""
 name: vllm_fleet_records
@@ -23,7 +23,7 @@ short_description: "Every node's deployment record, computed once"
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "Every node's record (C(vllm_fleet/deploy.py) records_of), after gpu_facts: runtime, executors, Ray
+  - "Every node's record (C(vllm_fleet/deploy/records.py) records_of), after gpu_facts: runtime, executors, Ray
     membership, launches, gateway part, paths."
   - "Each node then holds its own record only; a record does not grow with the cluster."
 positional: settings, hostvars
@@ -63,7 +63,7 @@ def vllm_fleet_records(plan: dict[str, Any], settings: dict[str, Any], hostvars:
     nodes = list(settings.get("nodes") or {})
     contexts = inventory.plain(inventory.contexts(settings, hostvars, nodes))
     try:
-        return deploy.records_of(plan, {n: settings["nodes"][n] for n in nodes}, contexts)
+        return records.records_of(plan, {n: settings["nodes"][n] for n in nodes}, contexts)
     except PlanError as err:
         raise AnsibleFilterError(str(for_inventory(err))) from None
 

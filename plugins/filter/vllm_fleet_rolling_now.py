@@ -11,8 +11,8 @@ from typing import Any
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import deployment
-from vllm_fleet import hostvars as inventory
+from vllm_fleet.deploy import deployment
+from vllm_fleet.inventory import hostvars as inventory
 
 DOCUMENTATION = r"""
 name: vllm_fleet_rolling_now
@@ -21,7 +21,7 @@ version_added: 0.1.0
 author: vllm-fleet
 description:
   - "From each host's C(__vllm_server_applied) (vllm_server's applied check): which nodes restart, in
-    batches (C(vllm_fleet/deployment.py) rolling_now)."
+    batches (C(vllm_fleet/deploy/deployment.py) rolling_now)."
   - "A host that did not run the check counts as nothing to restart."
 positional: hosts, rolling
 options:

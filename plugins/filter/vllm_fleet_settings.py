@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import hostvars as inventory
+from vllm_fleet.inventory import hostvars as inventory
 
 DOCUMENTATION = r"""
 name: vllm_fleet_settings
@@ -21,7 +21,7 @@ short_description: "Every node's declared vllm_fleet_* values, typed and checked
 version_added: 0.1.0
 author: vllm-fleet
 description:
-  - "Resolves each node's C(vllm_fleet_*) variables (C(vllm_fleet/interface.py), declared in
+  - "Resolves each node's C(vllm_fleet_*) variables (C(vllm_fleet/inventory/interface.py), declared in
     C(vllm_fleet/schema.py)) with their defaults and checks."
   - "Fails with one line naming the host, the field and the fix; unknown C(vllm_fleet_*) names become
     warnings."

@@ -11,7 +11,7 @@ from typing import Any
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet import serve
+from vllm_fleet.deploy import serve
 
 DOCUMENTATION = r"""
 name: vllm_fleet_verify_rows

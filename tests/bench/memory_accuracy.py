@@ -38,8 +38,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from vllm_fleet.catalog import lookup_gpu, lookup_model  # noqa: E402
 from vllm_fleet.cli import main  # noqa: E402
+from vllm_fleet.model.catalog import lookup_gpu, lookup_model  # noqa: E402
 
 SHARED_DIR = Path(os.environ.get("VLLM_FLEET_SHARED_DIR") or ROOT.parent / "shared")
 DEFAULT_DATASET = SHARED_DIR / "datasets" / "vllm_memory_logs.yaml"

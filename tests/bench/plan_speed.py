@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet.cluster import cluster_from_data
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import cluster_from_data
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 TYPES = [("H100-SXM", 8), ("A800", 8), ("L40S", 4), ("L20", 8)]
 

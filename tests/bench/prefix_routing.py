@@ -49,7 +49,7 @@ from tests import gateway_local
 from tests.conftest import ROOT
 from tests.hosts import images
 from tests.hosts.common import run, say
-from vllm_fleet import metrics
+from vllm_fleet.ops import metrics
 
 MODEL_NAME = "tiny-llama"
 LOCAL_VLLM = Path("/opt/vllm-fleet/vllm/bin/python")

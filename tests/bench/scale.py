@@ -26,10 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from vllm_fleet import deploy, interface  # noqa: E402
-from vllm_fleet.cluster import cluster_from_data  # noqa: E402
-from vllm_fleet.model_spec import load_model  # noqa: E402
-from vllm_fleet.strategy import Wishes, plan_cluster  # noqa: E402
+from vllm_fleet.deploy import records  # noqa: E402
+from vllm_fleet.inventory import interface  # noqa: E402
+from vllm_fleet.model.spec import load_model  # noqa: E402
+from vllm_fleet.planning.cluster import cluster_from_data  # noqa: E402
+from vllm_fleet.planning.strategy import Wishes, plan_cluster  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"
 BIN = Path(sys.executable).parent
@@ -85,7 +86,7 @@ def record_size(nodes: int) -> dict[str, object]:
     planned = time.monotonic() - start
     settings = interface.resolve({"vllm_fleet_model": MODEL, "vllm_fleet_gateway": "true"})
     last = data[-1]["name"]
-    rec = deploy.node_record(plan, last, settings, {"addresses": {}})
+    rec = records.node_record(plan, last, settings, {"addresses": {}})
     parts = {k: len(json.dumps(v)) for k, v in rec.items()}
     big = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
     return {"nodes": nodes, "record_kib": round(len(json.dumps(rec)) / 1024, 1), "plan_s": round(planned, 2),

@@ -38,7 +38,7 @@ df --block-size=1 --output=size /dev/shm > "$OUT/shm.txt"
 PY=$(command -v python3)
 PYTHONPATH=. "$PY" - "$OUT" <<'PYEOF' | tee -a "$OUT/summary.txt"
 import json, pathlib, sys
-from vllm_fleet.facts import host_facts
+from vllm_fleet.inventory.facts import host_facts
 out = pathlib.Path(sys.argv[1])
 read = lambda name: (out / name).read_text() if (out / name).exists() else ""
 facts = host_facts({"query_gpu": read("query.txt"), "nvidia_smi_q": read("nvidia-smi-q.txt"), "topo": read("topo.txt"),

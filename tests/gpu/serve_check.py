@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from vllm_fleet.accounting.activation import _capture_sizes  # noqa: E402
 from vllm_fleet.accounting.base import CUDA_CONTEXT_GIB, CUDA_GRAPH_MIB_PER_GRAPH_LAYER  # noqa: E402
+from vllm_fleet.accounting.memory import estimate  # noqa: E402
 from vllm_fleet.accounting.settings import Device, Settings  # noqa: E402
-from vllm_fleet.memory import estimate  # noqa: E402
-from vllm_fleet.model_spec import load_model  # noqa: E402
+from vllm_fleet.model.spec import load_model  # noqa: E402
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5,
          "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
@@ -153,7 +153,7 @@ def _non_torch(torch: Any) -> float:
 
 def calibrate(torch: Any) -> list[dict[str, Any]]:
     """What the planner assumes of memory outside the weights and the KV cache, measured with
-    PyTorch alone (vllm_fleet/memory.py: CUDA_CONTEXT_GIB, the non-torch base, the CUDA graph
+    PyTorch alone (vllm_fleet/accounting/memory.py: CUDA_CONTEXT_GIB, the non-torch base, the CUDA graph
     pool per graph and layer). Each measurement stands alone: one that fails is reported and
     the others still run."""
     rows: list[dict[str, Any]] = []

@@ -282,7 +282,7 @@ RAY_SERVE_PACKAGES = ["ray[serve]==2.60.0", "pyarrow", "pyyaml"]
 
 
 def ray_serve_venv() -> Path:
-    """A virtual environment with Ray Serve (the release vllm_fleet/rayserve.py writes for),
+    """A virtual environment with Ray Serve (the release vllm_fleet/deploy/rayserve.py writes for),
     from PyPI: Ray Serve's own pydantic models check the Ray Serve LLM config the planner
     renders (tests/oracle/test_ray_serve_config.py). ray.serve.llm's public module also needs
     vLLM or SGLang; its LLMConfig class does not. Built once per machine (about a minute)."""

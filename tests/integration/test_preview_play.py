@@ -16,10 +16,13 @@ import pytest
 import yaml
 
 from tests.conftest import PLAYBOOK, ROOT, run_playbook, run_site
-from vllm_fleet import cli, deploy, interface, preview
-from vllm_fleet.cluster import cluster_from_data
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet import cli
+from vllm_fleet.deploy import records
+from vllm_fleet.inventory import interface
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.ops import preview
+from vllm_fleet.planning.cluster import cluster_from_data
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook not installed")
 
@@ -105,13 +108,13 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     plan = plan_cluster(
         load_model(str(MODEL)), cluster_from_data({"nodes": cluster}), Wishes(**interface.wishes(settings["node1"]))
     )
-    records = {}
+    by_node: dict[str, Any] = {}
     for name, host in nodes.items():
         role_vars = {k: v for k, v in host.items() if k.startswith(interface.ROLE_PREFIXES)}
         context = {"role_vars": role_vars, "addresses": {"node3": ADDRESSES["node3"]}, "model_is_dir": True}
-        records[name] = deploy.node_record(plan, name, settings[name], context)
+        by_node[name] = records.node_record(plan, name, settings[name], context)
     launches = []
-    for name, record in records.items():
+    for name, record in by_node.items():
         (tmp / name / "vllm").mkdir(parents=True)
         for launch in record["launches"]:
             launches.append({**launch, "dest": str(tmp / name / "vllm" / f"{launch['name']}.launch.json")})
@@ -131,7 +134,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
            "version": "2.60.0"}  # fmt: skip
     (tmp / "node2" / "ray" / "cluster.json").write_text(json.dumps(ray))
     (tmp / "cluster.yml").write_text(yaml.safe_dump({"nodes": cluster}))
-    return {"tmp": tmp, "inventory": tmp / "hosts.yml", "records": records}
+    return {"tmp": tmp, "inventory": tmp / "hosts.yml", "records": by_node}
 
 
 def test_the_roles_record_is_what_the_preview_computes(deployed: dict[str, Any]) -> None:

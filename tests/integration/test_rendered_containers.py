@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES, PLAYBOOK, ROOT, failures, run_playbook
-from vllm_fleet import facts
 from vllm_fleet.agents.envfile import parse_env
+from vllm_fleet.inventory import facts
 
 pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook not installed")
 

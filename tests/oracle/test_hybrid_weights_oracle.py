@@ -18,9 +18,9 @@ import pytest
 
 from tests.oracle.conftest import OracleRun
 from tests.oracle.test_kv_oracle import CONFIGS
+from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.memory import estimate
-from vllm_fleet.model_spec import spec_from_config
+from vllm_fleet.model.spec import spec_from_config
 
 H100 = Device("H100-SXM", 79.19, "cuda", 9)
 ARCHITECTURES = {

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from tests.oracle.conftest import OracleRun
+from vllm_fleet.accounting.memory import Estimate, estimate
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.memory import Estimate, estimate
-from vllm_fleet.model_spec import spec_from_config
+from vllm_fleet.model.spec import spec_from_config
 
 H100 = Device("H100-SXM", 79.19, "cuda", 9)
 MBT = 2048

@@ -18,10 +18,10 @@ import pytest
 from tests.oracle.conftest import OracleRun
 from vllm_fleet.accounting.base import GIB, Accounting
 from vllm_fleet.accounting.kv import _in_flight_batches
+from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.parts import _layer_bytes
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.memory import estimate
-from vllm_fleet.model_spec import spec_from_config
+from vllm_fleet.model.spec import spec_from_config
 
 BASE: dict[str, Any] = {
     "architectures": ["Llama4ForCausalLM"],

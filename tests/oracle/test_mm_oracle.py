@@ -1,4 +1,4 @@
-"""The multimodal model (vllm_fleet/multimodal.py) against vLLM 0.32's own code on CPU.
+"""The multimodal model (vllm_fleet/accounting/multimodal.py) against vLLM 0.32's own code on CPU.
 
 One oracle call for the module: vLLM's Qwen2.5-VL / Qwen3-VL ProcessingInfo (the max tokens
 per image and video, from stand-in hf configs and processors built without files), the
@@ -14,8 +14,13 @@ from typing import Any
 import pytest
 
 from tests.oracle.conftest import OracleRun
-from vllm_fleet.model_spec import spec_from_config
-from vllm_fleet.multimodal import encoder_profile, max_tokens_per_item, pixtral_tokens, vision_weight_elements
+from vllm_fleet.accounting.multimodal import (
+    encoder_profile,
+    max_tokens_per_item,
+    pixtral_tokens,
+    vision_weight_elements,
+)
+from vllm_fleet.model.spec import spec_from_config
 
 TEXT = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
         "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 4096}  # fmt: skip

@@ -10,9 +10,9 @@ import pytest
 from tests.oracle.conftest import OracleRun
 from vllm_fleet.accounting.activation import _moe_activation
 from vllm_fleet.accounting.base import DEEPEP_BUFFER_MIB, DEFAULT_ALL2ALL_BACKEND, EPLB_WINDOW, GIB, Accounting
+from vllm_fleet.accounting.memory import moe_parallel
 from vllm_fleet.accounting.settings import Settings
-from vllm_fleet.memory import moe_parallel
-from vllm_fleet.model_spec import load_model
+from vllm_fleet.model.spec import load_model
 
 # (global experts, EP size): even, uneven (remainder to the first ranks), EPLB-padded.
 EXPERT_MAPS = [(128, 8), (128, 3), (10, 4), (160, 8), (256, 6)]

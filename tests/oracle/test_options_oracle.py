@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tests.oracle.conftest import OracleRun
-from vllm_fleet import options
+from vllm_fleet.accounting import options
 from vllm_fleet.accounting.activation import _capture_sizes
-from vllm_fleet.model_spec import ModelSpec, spec_from_config
+from vllm_fleet.model.spec import ModelSpec, spec_from_config
 
 TINY = ModelSpec(
     name="tiny",

@@ -1,4 +1,4 @@
-"""The Ray Serve LLM config vllm_fleet/rayserve.py renders from a multi-model plan, checked by
+"""The Ray Serve LLM config vllm_fleet/deploy/rayserve.py renders from a multi-model plan, checked by
 Ray Serve's own pydantic models (ServeDeploySchema for the application, LLMConfig for each
 model) in an interpreter with Ray Serve: ``VLLM_FLEET_RAY_SERVE_PYTHON`` (CI builds it from
 PyPI: ``python -m tests.hosts ray-serve``). Without one the test skips, unless
@@ -17,9 +17,9 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.hosts.common import CACHE
-from vllm_fleet.allocate import allocate, combined_plan, load_wishes
-from vllm_fleet.cluster import cluster_from_data, load_cluster
-from vllm_fleet.rayserve import RAY_ACCELERATORS, serve_config
+from vllm_fleet.deploy.rayserve import RAY_ACCELERATORS, serve_config
+from vllm_fleet.planning.allocate import allocate, combined_plan, load_wishes
+from vllm_fleet.planning.cluster import cluster_from_data, load_cluster
 
 CHECK = """
 import json, sys

@@ -31,8 +31,8 @@ from tests.hosts.common import SSH_OPTIONS
 from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
 from tests.system.test_site_on_hosts import _recap
-from vllm_fleet import metrics
-from vllm_fleet.dashboards import panel_queries
+from vllm_fleet.deploy.dashboards import panel_queries
+from vllm_fleet.ops import metrics
 
 API_KEY = "serve-test-key-7f3a"
 

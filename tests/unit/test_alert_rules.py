@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from vllm_fleet.dashboards import SCRAPE_JOBS, vllm_name_problems
+from vllm_fleet.deploy.dashboards import SCRAPE_JOBS, vllm_name_problems
 
 RULES_DIR = ROOT / "roles/monitoring/files/rules"
 RULES = RULES_DIR / "vllm-fleet.rules.yml"

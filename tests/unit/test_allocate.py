@@ -1,4 +1,4 @@
-"""Several models on one cluster (vllm_fleet/allocate.py, ``vllm-fleet plan --models``).
+"""Several models on one cluster (vllm_fleet/planning/allocate.py, ``vllm-fleet plan --models``).
 
 Every expectation about a layout comes from the single-model planner itself (plan_cluster on
 the same GPUs), not from numbers written here.
@@ -15,8 +15,14 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES
-from vllm_fleet import cli, deploy, deployment, interface
-from vllm_fleet.allocate import (
+from vllm_fleet import cli
+from vllm_fleet.deploy import deployment, records
+from vllm_fleet.errors import NothingFitsError, PlanError
+from vllm_fleet.inventory import interface
+from vllm_fleet.model.catalog import lookup_model
+from vllm_fleet.model.files import is_pooling
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.allocate import (
     MAX_SHARED_UTILIZATION,
     Allocation,
     Footprint,
@@ -27,13 +33,9 @@ from vllm_fleet.allocate import (
     render_allocation,
     wishes_from_data,
 )
-from vllm_fleet.catalog import lookup_model
-from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
-from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.model.files import is_pooling
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
-from vllm_fleet.table import render_plan
+from vllm_fleet.planning.cluster import Node, cluster_from_data, load_cluster
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
+from vllm_fleet.planning.table import render_plan
 
 L70 = "meta-llama/Llama-3.3-70B-Instruct"
 L8 = "meta-llama/Llama-3.1-8B-Instruct"
@@ -298,11 +300,11 @@ def test_the_combined_plan_gives_each_node_its_own_models_launch_path_and_name()
     settings = interface.resolve(
         {"vllm_fleet_models": [{"model": "x"}], "vllm_fleet_build_model": True, "vllm_fleet_runtime": "systemd"}
     )
-    records = {n: deploy.node_record(plan, n, settings, {"detected_cores": 2}) for n in ("node1", "node2")}
+    by_node = {n: records.node_record(plan, n, settings, {"detected_cores": 2}) for n in ("node1", "node2")}
     for node, served, folder in (("node1", "alpha", TINY), ("node2", "beta", TINY8)):
-        rec = records[node]
+        rec = by_node[node]
         (launch,) = rec["launches"]
-        path = f"{deploy.BUILT_MODELS}/{folder.name}"
+        path = f"{records.BUILT_MODELS}/{folder.name}"
         assert launch["argv"][:3] == ["vllm", "serve", path]
         assert launch["argv"][launch["argv"].index("--served-model-name") + 1] == served
         assert rec["served_model_name"] == served
@@ -310,7 +312,7 @@ def test_the_combined_plan_gives_each_node_its_own_models_launch_path_and_name()
     shared = deployment.deployment_of(plan, settings)
     gateway = shared["gateway"]
     assert (
-        records["node1"]["gateway"]["enabled"]
+        by_node["node1"]["gateway"]["enabled"]
         and gateway["enabled"]
         and gateway["routes"]
         == [
@@ -325,8 +327,8 @@ def test_the_combined_plan_gives_each_node_its_own_models_launch_path_and_name()
         ("direct", "alpha", None), ("direct", "beta", None),
     ]  # fmt: skip
     # A model with one replica cannot be drained: its node restarts in place.
-    assert not records["node1"]["rolling"]["enabled"] and not shared["rolling"]["enabled"]
-    assert "alpha, beta has one replica" in records["node1"]["rolling"]["reason"]
+    assert not by_node["node1"]["rolling"]["enabled"] and not shared["rolling"]["enabled"]
+    assert "alpha, beta has one replica" in by_node["node1"]["rolling"]["reason"]
 
 
 def test_the_combined_plan_table_is_the_allocation_then_the_instances() -> None:

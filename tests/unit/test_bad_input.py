@@ -19,14 +19,14 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES, ROOT, write_safetensors
-from vllm_fleet import interface
+from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
-from vllm_fleet.cluster import cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import estimate
-from vllm_fleet.model_spec import load_model, spec_from_config
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.inventory import interface
+from vllm_fleet.model.spec import load_model, spec_from_config
+from vllm_fleet.planning.cluster import cluster_from_data, load_cluster
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 TINY_CFG: dict[str, Any] = json.loads((ROOT / "inventories/local/files/tiny-llama/config.json").read_text())
 H100 = [{"name": "h1", "gpu": "H100", "gpu_count": 4}, {"name": "h2", "gpu": "H100", "gpu_count": 4}]

@@ -1,4 +1,4 @@
-"""The catalog's 2026 models (vllm_fleet/catalog_2026.py and the gpt-oss entries).
+"""The catalog's 2026 models (vllm_fleet/model/catalog_2026.py and the gpt-oss entries).
 
 Every name loads; the text models the planner already models (MoE, MLA, sliding window)
 get an estimate and a parameter count within 3 % of their model card's; the hybrid
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.catalog import MODELS, lookup_model
-from vllm_fleet.catalog_2026 import ALIASES_2026, MODELS_2026
-from vllm_fleet.memory import estimate
-from vllm_fleet.model_spec import DTYPE_BYTES, load_model, spec_from_config
+from vllm_fleet.model.catalog import MODELS, lookup_model
+from vllm_fleet.model.catalog_2026 import ALIASES_2026, MODELS_2026
+from vllm_fleet.model.spec import DTYPE_BYTES, load_model, spec_from_config
 
 GPT_OSS = ("openai/gpt-oss-20b", "openai/gpt-oss-120b")
 NEW_NAMES = sorted([*MODELS_2026, *ALIASES_2026, *GPT_OSS])

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from vllm_fleet.cli_args import normalise_flag, secret_flags
+from vllm_fleet.deploy.serve import ServeOptions
 from vllm_fleet.errors import PlanError
-from vllm_fleet.serve import ServeOptions
 
 
 @pytest.mark.parametrize(

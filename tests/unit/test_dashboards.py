@@ -15,8 +15,8 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.unit.test_alert_rules import promtool
-from vllm_fleet import dashboards
-from vllm_fleet.dashboards import SCRAPE_JOBS, panel_queries, vllm_name_problems
+from vllm_fleet.deploy import dashboards
+from vllm_fleet.deploy.dashboards import SCRAPE_JOBS, panel_queries, vllm_name_problems
 from vllm_fleet.errors import PlanError
 
 DASHBOARDS = ROOT / "roles/monitoring/files/dashboards"

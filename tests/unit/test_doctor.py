@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from vllm_fleet import doctor
 from vllm_fleet.cli import main
+from vllm_fleet.ops import doctor
 
 
 def _node(address: str, *, ib: bool = True) -> dict[str, Any]:

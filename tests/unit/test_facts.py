@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import FIXTURES
-from vllm_fleet import facts
+from vllm_fleet.inventory import facts
 
 F = FIXTURES / "facts"
 

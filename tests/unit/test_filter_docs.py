@@ -22,7 +22,7 @@ pytest.importorskip("ansible")
 FILTERS = sorted((ROOT / "plugins" / "filter").glob("[!_]*.py"))
 # Filters no playbook calls, each kept for a reason.
 OPERATOR_ONLY = {
-    # The NCCL transport check (vllm_fleet/nccl.py) for an operator's own play on a rank's log; the
+    # The NCCL transport check (vllm_fleet/ops/nccl.py) for an operator's own play on a rank's log; the
     # verify phase does not read NCCL logs yet.
     "vllm_fleet_nccl_check",
 }

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, filter_plugins, load_script
-from vllm_fleet import deploy, interface
+from vllm_fleet.deploy import records
+from vllm_fleet.inventory import interface
 
 pytest.importorskip("ansible")
 
@@ -77,10 +78,10 @@ def test_every_secret_looking_role_option_is_no_log() -> None:
         for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
             for name, opt in (entry.get("options") or {}).items():
                 copied = name.startswith(interface.ROLE_PREFIXES)  # the planner copies these from hostvars
-                if copied and deploy.is_secret_role_var(name) and not name.endswith("_tls_key"):  # a path
+                if copied and records.is_secret_role_var(name) and not name.endswith("_tls_key"):  # a path
                     named.add(name)
                     assert opt.get("no_log"), f"{spec}: {name} looks like a secret but is not no_log"
-    assert set(SECRETS) - {"vllm_server_extra_password"} == named <= deploy.SECRET_ROLE_VARS
+    assert set(SECRETS) - {"vllm_server_extra_password"} == named <= records.SECRET_ROLE_VARS
 
 
 def test_the_api_key_from_anywhere_opens_the_gateway_and_only_its_presence_is_kept() -> None:

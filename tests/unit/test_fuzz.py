@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from vllm_fleet.catalog import GPUS, MODELS
 from vllm_fleet.cli import main
+from vllm_fleet.model.catalog import GPUS, MODELS
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402

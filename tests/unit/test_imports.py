@@ -41,7 +41,7 @@ def _graph() -> dict[str, set[str]]:
 
 def test_the_import_graph_has_no_cycle() -> None:
     graph = _graph()
-    assert "vllm_fleet.accounting.kv" in graph and "vllm_fleet.memory" in graph
+    assert "vllm_fleet.accounting.kv" in graph and "vllm_fleet.accounting.memory" in graph
     state: dict[str, int] = {}
 
     def visit(name: str, path: list[str]) -> None:
@@ -91,6 +91,6 @@ def test_the_planners_commands_do_not_load_the_status_reader() -> None:
     probe = "import sys, vllm_fleet.cli; print(sorted(m for m in sys.modules if 'prometheus' in m))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
     assert done.stdout.strip() == "[]"
-    probe = "import sys, vllm_fleet.status; print('prometheus_client.parser' in sys.modules)"
+    probe = "import sys, vllm_fleet.ops.status; print('prometheus_client.parser' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
     assert done.stdout.strip() == "True"

@@ -1,4 +1,4 @@
-"""The declared inventory interface (vllm_fleet/interface.py): types, defaults,
+"""The declared inventory interface (vllm_fleet/inventory/interface.py): types, defaults,
 one-line errors naming the field, deployment-wide agreement, typo warnings, and
 the README's inventory table kept equal to the declarations."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from vllm_fleet import interface
 from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.errors import PlanError
+from vllm_fleet.inventory import interface
 
 
 @pytest.mark.parametrize(

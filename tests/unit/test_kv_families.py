@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from vllm_fleet.accounting.memory import Estimate, estimate
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import Estimate, estimate
-from vllm_fleet.model_spec import ModelSpec, spec_from_config
+from vllm_fleet.model.spec import ModelSpec, spec_from_config
 
 H100 = Device("H100-SXM", 79.19, "cuda", 9)
 MEM = 3 << 30  # --kv-cache-memory-bytes: the KV pool every case is sized with

@@ -19,12 +19,12 @@ import pytest
 
 from vllm_fleet.accounting.base import GIB
 from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
+from vllm_fleet.accounting.memory import Estimate, estimate
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.catalog import lookup_model
 from vllm_fleet.cli import main
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import Estimate, estimate
-from vllm_fleet.model_spec import ModelSpec, load_model, spec_from_config
+from vllm_fleet.model.catalog import lookup_model
+from vllm_fleet.model.spec import ModelSpec, load_model, spec_from_config
 
 SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
 MAVERICK = "meta-llama/Llama-4-Maverick-17B-128E-Instruct"

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from vllm_fleet.accounting.base import GIB, Accounting
+from vllm_fleet.accounting.memory import default_partition, estimate
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import default_partition, estimate
-from vllm_fleet.model_spec import load_model
+from vllm_fleet.model.spec import load_model
 
 H100 = Device("H100-SXM", 79.19, "cuda", 9)
 L20 = Device("L20", 44.39, "cuda", 8)

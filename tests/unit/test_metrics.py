@@ -1,4 +1,4 @@
-"""vllm_fleet.metrics: the Prometheus text format of vLLM 0.32's /metrics, and what it refuses.
+"""vllm_fleet.ops.metrics: the Prometheus text format of vLLM 0.32's /metrics, and what it refuses.
 
 The fixtures under data/ were written by vLLM 0.32's own PrometheusStatLogger and
 prometheus_client (data/make_vllm_metrics.py), not by hand.
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_fleet import metrics
-from vllm_fleet.metrics import MetricsParseError, Sample, by_label, label_values, parse, render, total
+from vllm_fleet.ops import metrics
+from vllm_fleet.ops.metrics import MetricsParseError, Sample, by_label, label_values, parse, render, total
 
 DATA = Path(__file__).parent / "data"
 

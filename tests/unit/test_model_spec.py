@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_safetensors
-from vllm_fleet.catalog import MODELS, lookup_gpu, lookup_model
 from vllm_fleet.errors import PlanError
+from vllm_fleet.model.catalog import MODELS, lookup_gpu, lookup_model
 from vllm_fleet.model.files import read_safetensors_bytes
-from vllm_fleet.model_spec import load_model, quant_from_name, spec_from_config
+from vllm_fleet.model.spec import load_model, quant_from_name, spec_from_config
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

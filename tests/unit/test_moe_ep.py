@@ -16,11 +16,11 @@ import math
 import pytest
 
 from vllm_fleet.accounting.base import DEEPEP_BUFFER_MIB, EPLB_WINDOW, FUSED_MOE_CHUNK, GIB, MIB
+from vllm_fleet.accounting.memory import estimate, moe_parallel
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import estimate, moe_parallel
-from vllm_fleet.model_spec import load_model
+from vllm_fleet.model.spec import load_model
 
 H100 = Device("H100", 79.19)
 QWEN3_30B = "Qwen/Qwen3-30B-A3B"  # 48 layers, hidden 2048, 128 experts x 768, top-8, bf16

@@ -1,4 +1,4 @@
-"""Multimodal towers (vllm_fleet/multimodal.py) in the estimate: configs shaped like the real
+"""Multimodal towers (vllm_fleet/accounting/multimodal.py) in the estimate: configs shaped like the real
 config.json files (text_config + vision_config), the options that shrink the encoder
 profile, and the parts / assumptions the estimate reports."""
 
@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from vllm_fleet.accounting.base import GIB
+from vllm_fleet.accounting.memory import estimate
+from vllm_fleet.accounting.multimodal import encoder_profile, max_tokens_per_item, smart_resize, vision_weight_elements
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.errors import PlanError
-from vllm_fleet.memory import estimate
-from vllm_fleet.model_spec import ModelSpec, load_model, spec_from_config
-from vllm_fleet.multimodal import encoder_profile, max_tokens_per_item, smart_resize, vision_weight_elements
+from vllm_fleet.model.spec import ModelSpec, load_model, spec_from_config
 
 # Qwen2.5-VL-7B-Instruct's config.json (the fields the planner reads).
 QWEN25_VL_7B: dict[str, Any] = {

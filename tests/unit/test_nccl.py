@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from vllm_fleet import nccl
-from vllm_fleet.doctor import FAIL, PASS, SKIP, WARN
-from vllm_fleet.facts import host_facts
+from vllm_fleet.inventory.facts import host_facts
+from vllm_fleet.ops import nccl
+from vllm_fleet.ops.doctor import FAIL, PASS, SKIP, WARN
 
 # As a vLLM worker's log shows them: the Ray actor's prefix, then NCCL's host:pid:tid [dev].
 W = "(RayWorkerWrapper pid=4321, ip=10.0.0.2) node2:4321:4400 [0] NCCL INFO "

@@ -1,4 +1,4 @@
-"""Memory of the options users turn on (vllm_fleet/options.py): LoRA slots, speculative
+"""Memory of the options users turn on (vllm_fleet/accounting/options.py): LoRA slots, speculative
 decoding, CPU offload, fp8 KV scales, kv_cache_memory_bytes, prefix caching, and the free
 memory vLLM's request_memory checks (facts -> cluster -> plan)."""
 
@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
-from vllm_fleet import facts
 from vllm_fleet.accounting.activation import _capture_sizes
 from vllm_fleet.accounting.base import GIB
+from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
-from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import estimate
-from vllm_fleet.model_spec import ModelSpec, load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.inventory import facts
+from vllm_fleet.model.spec import ModelSpec, load_model
+from vllm_fleet.planning.cluster import cluster_from_data
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 H100 = Device("H100-SXM", 79.65)
 TINY_LLAMA = ModelSpec(

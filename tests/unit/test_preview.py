@@ -1,4 +1,4 @@
-"""The preview (vllm_fleet/preview.py) on the records of real plans: what applying a new
+"""The preview (vllm_fleet/ops/preview.py) on the records of real plans: what applying a new
 plan over what the nodes run starts, restarts or stops, named field by field, with the
 secrets never shown, and the CLI's ``plan --diff``."""
 
@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from vllm_fleet import cli, deploy, deployment, interface, preview
-from vllm_fleet.cluster import cluster_from_data
+from vllm_fleet import cli
+from vllm_fleet.deploy import deployment, records
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.inventory import interface
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.ops import preview
+from vllm_fleet.planning.cluster import cluster_from_data
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 TINY = ROOT / "inventories/local/files/tiny-llama"
 EIGHT = ROOT / "tests/system/files/tiny-llama-8"
@@ -49,7 +52,7 @@ def _deploy(
     )
     ctx = {"addresses": {"node3": ADDRESSES["node3"]}, **(context or {})}
     return Records(
-        {n: deploy.node_record(plan, n, settings[n], ctx) for n in memory},
+        {n: records.node_record(plan, n, settings[n], ctx) for n in memory},
         gateway=deployment.deployment_of(plan, first, ctx)["gateway"],
     )
 

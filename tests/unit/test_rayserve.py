@@ -1,4 +1,4 @@
-"""vllm_fleet/rayserve.py without Ray: what goes into each LLMConfig (Ray Serve's own models
+"""vllm_fleet/deploy/rayserve.py without Ray: what goes into each LLMConfig (Ray Serve's own models
 check the result in tests/oracle/test_ray_serve_config.py)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import yaml
 
 from tests.conftest import ROOT
 from vllm_fleet import cli
-from vllm_fleet.allocate import allocate, combined_plan, load_wishes
-from vllm_fleet.cluster import cluster_from_data
-from vllm_fleet.rayserve import engine_kwargs, serve_config
+from vllm_fleet.deploy.rayserve import engine_kwargs, serve_config
+from vllm_fleet.planning.allocate import allocate, combined_plan, load_wishes
+from vllm_fleet.planning.cluster import cluster_from_data
 
 A800 = ROOT / "tests/unit/fixtures/2x8xa800.yml"
 

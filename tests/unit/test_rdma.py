@@ -1,4 +1,4 @@
-"""InfiniBand and RoCE from recorded gpu_facts (vllm_fleet/rdma.py, the record's ``rdma``
+"""InfiniBand and RoCE from recorded gpu_facts (vllm_fleet/deploy/rdma.py, the record's ``rdma``
 part): the NCCL variables of every launch and of Ray, and the container settings, for a
 node with 4 active InfiniBand HCAs, a RoCE node with its GID index, a node without RDMA,
 nodes whose facts were not gathered, and mixed clusters."""
@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
-from vllm_fleet import deploy, facts, interface, rdma
-from vllm_fleet import hostvars as inventory
-from vllm_fleet.cluster import cluster_from_data
+from vllm_fleet.deploy import rdma, records
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.inventory import facts, interface
+from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import cluster_from_data
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 F = FIXTURES / "facts"
 MODEL = "Qwen/Qwen3-8B"
@@ -42,9 +43,9 @@ def _settings(**values: Any) -> dict[str, Any]:
 
 
 def _fabric(nodes: dict[str, tuple[list[dict[str, Any]] | None, dict[str, Any]]]) -> dict[str, Any]:
-    """The record's ``fabric`` context as vllm_fleet/hostvars.py builds it."""
+    """The record's ``fabric`` context as vllm_fleet/inventory/hostvars.py builds it."""
     return {
-        name: {"infiniband": ports, **{k: _settings(**values)[k] for k in deploy.FABRIC_KEYS}}
+        name: {"infiniband": ports, **{k: _settings(**values)[k] for k in records.FABRIC_KEYS}}
         for name, (ports, values) in nodes.items()
     }
 
@@ -163,7 +164,7 @@ def test_mixed_cluster_of_single_node_replicas() -> None:
     }
     for node, (env, container) in expected.items():
         settings = _settings(roce_gid_index=3) if node == "roce" else _settings()
-        rec = deploy.node_record(plan, node, settings, {"fabric": fabric})
+        rec = records.node_record(plan, node, settings, {"fabric": fabric})
         assert rec["launches"] and rec["rdma"]["container"] == container and rec["rdma"]["notes"] == []
         for launch in rec["launches"]:
             nccl = {k: v for k, v in launch["env"].items() if k.startswith("NCCL_IB_")}
@@ -193,7 +194,7 @@ def test_a_multi_node_instance_uses_rdma_only_where_every_member_has_it(
     assert (inst["nodes"], inst["executor"]) == (["a", "b"], "native")
     fabric = _fabric({"a": (_ports("hgx-4ib"), {}), "b": (_recorded(second), second_values)})
     for node, env in (("a", first_env), ("b", second_env)):
-        rec = deploy.node_record(plan, node, _settings(), {"fabric": fabric})
+        rec = records.node_record(plan, node, _settings(), {"fabric": fabric})
         (launch,) = rec["launches"]
         assert {k: v for k, v in launch["env"].items() if k.startswith("NCCL_IB_")} == env
         if node == "a":
@@ -206,13 +207,13 @@ def test_ray_gets_the_clusters_nccl_variables() -> None:
                  ray_available=True)  # fmt: skip
     assert plan["instances"][0]["executor"] == "ray"
     both = _fabric({"a": (_ports("hgx-4ib"), {}), "b": (_ports("hgx-4ib"), {})})
-    head, worker = (deploy.node_record(plan, n, _settings(), {"fabric": both}) for n in ("a", "b"))
+    head, worker = (records.node_record(plan, n, _settings(), {"fabric": both}) for n in ("a", "b"))
     for rec in (head, worker):
         assert rec["ray"] is not None and rec["ray"]["nccl_env"] == {"NCCL_IB_HCA": IB_HCA}
         assert rec["rdma"]["container"] == WITH_RDMA
     assert head["launches"][0]["env"]["NCCL_IB_HCA"] == IB_HCA and worker["launches"] == []
     odd = _fabric({"a": (_ports("hgx-4ib"), {}), "b": ([], {})})
-    rec = deploy.node_record(plan, "a", _settings(), {"fabric": odd})
+    rec = records.node_record(plan, "a", _settings(), {"fabric": odd})
     assert rec["ray"] is not None and rec["ray"]["nccl_env"] == {"NCCL_IB_DISABLE": "1"}
     assert rec["rdma"]["notes"][0] == (
         "Ray cluster vllm-fleet-ray: sockets: a has infiniband but b: none (NCCL cannot mix them in one group)"
@@ -222,13 +223,13 @@ def test_ray_gets_the_clusters_nccl_variables() -> None:
 def test_the_inventorys_extra_env_wins_over_the_plans_nccl_variables() -> None:
     plan = _plan(["ib"])
     fabric = _fabric({"ib": (_ports("hgx-4ib"), {})})
-    rec = deploy.node_record(plan, "ib", _settings(extra_env={"NCCL_IB_HCA": "mlx5"}), {"fabric": fabric})
+    rec = records.node_record(plan, "ib", _settings(extra_env={"NCCL_IB_HCA": "mlx5"}), {"fabric": fabric})
     assert {launch["env"]["NCCL_IB_HCA"] for launch in rec["launches"]} == {"mlx5"}
 
 
 def test_a_record_without_facts_has_no_rdma() -> None:
     """The CLI and plans without gpu_facts (`--tags plan`): no devices known, sockets."""
-    rec = deploy.node_record(_plan(["gpu1"]), "gpu1", _settings(), {})
+    rec = records.node_record(_plan(["gpu1"]), "gpu1", _settings(), {})
     assert (rec["rdma"]["kind"], rec["rdma"]["source"], rec["rdma"]["container"]) == ("none", "not detected", WITHOUT)
     assert all(launch["env"]["NCCL_IB_DISABLE"] == "1" for launch in rec["launches"])
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, ROOT
-from vllm_fleet import interface, schema
+from vllm_fleet import schema
 from vllm_fleet.accounting.settings import Settings
 from vllm_fleet.cli import build_parser
-from vllm_fleet.strategy import Wishes
+from vllm_fleet.inventory import interface
+from vllm_fleet.planning.strategy import Wishes
 
 # The one line a contributor adds (vLLM's --seed: no memory of its own).
 NEW_OPTION = '    seed: int | None = opt(None, "--seed", "random seed of the sampler", minimum=0, maximum=2**31)\n'
@@ -28,7 +29,7 @@ PROBE = """
 import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from vllm_fleet import interface
+from vllm_fleet.inventory import interface
 from vllm_fleet.cli import main
 import vllm_fleet as _pkg
 assert _pkg.__file__.startswith(sys.argv[1]), _pkg.__file__

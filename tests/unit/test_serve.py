@@ -9,10 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
-from vllm_fleet.cluster import cluster_from_data, load_cluster
-from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.serve import (
+from vllm_fleet.deploy.serve import (
     compare,
     compare_blocks,
     core_blocks,
@@ -25,7 +22,10 @@ from vllm_fleet.serve import (
     verify_table,
     verify_target,
 )
-from vllm_fleet.strategy import Wishes, choose_executor, plan_cluster
+from vllm_fleet.errors import PlanError
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import cluster_from_data, load_cluster
+from vllm_fleet.planning.strategy import Wishes, choose_executor, plan_cluster
 
 
 def _plan(model: str, cluster: str, **wishes: Any) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from vllm_fleet import status
 from vllm_fleet.cli import main
 from vllm_fleet.errors import PlanError
+from vllm_fleet.ops import status
 
 DATA = Path(__file__).parent / "data"
 FIRST = (DATA / "vllm_metrics_0_32.txt").read_bytes()

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
-from vllm_fleet.cluster import cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import cluster_from_data, load_cluster
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 
 def _plan(model: str, cluster: str, **wishes: object) -> dict[str, object]:

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, filter_plugins
-from vllm_fleet import interface
+from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
-from vllm_fleet.cluster import cluster_from_data
 from vllm_fleet.errors import PlanError, for_cli, for_inventory
-from vllm_fleet.memory import estimate
-from vllm_fleet.model_spec import load_model
-from vllm_fleet.strategy import Wishes, plan_cluster
+from vllm_fleet.inventory import interface
+from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import cluster_from_data
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
 
 TINY: dict[str, Any] = json.loads((ROOT / "inventories/local/files/tiny-llama/config.json").read_text())
 H100 = [{"name": "n1", "gpu": "H100", "gpu_count": 1}]

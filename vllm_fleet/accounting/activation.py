@@ -26,7 +26,7 @@ from vllm_fleet.accounting.parts import (
     _routed_expert_bytes,
 )
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.model_spec import (
+from vllm_fleet.model.spec import (
     ModelSpec,
     QuantSpec,
 )

@@ -22,7 +22,7 @@ from vllm_fleet.accounting.parts import (
 )
 from vllm_fleet.accounting.settings import Settings
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import (
+from vllm_fleet.model.spec import (
     DTYPE_BYTES,
     ModelSpec,
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_fleet.accounting.base import CURRENT_VLLM, VOCAB_PAD, Accounting, MoeParallel, _ceil_div
-from vllm_fleet.model_spec import ModelSpec, QuantSpec
+from vllm_fleet.model.spec import ModelSpec, QuantSpec
 
 # --------------------------------------------------------------------------
 # Weights

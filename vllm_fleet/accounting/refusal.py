@@ -12,7 +12,7 @@ from vllm_fleet.accounting.base import (
 from vllm_fleet.accounting.settings import Device
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.quantization import ALLOW_DEPRECATED, QuantChoice, resolve_quantization, supported_quantization
-from vllm_fleet.model_spec import ModelSpec
+from vllm_fleet.model.spec import ModelSpec
 
 # vLLM's QuantizationConfig.get_min_capability() (compute capability x 10) of the class vLLM
 # builds for each method (get_quantization_config) once its overrides chose it: below it vLLM

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_fleet import options
+from vllm_fleet.accounting import options
 from vllm_fleet.accounting.base import ALL2ALL_BACKENDS
+from vllm_fleet.accounting.multimodal import parse_limits
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import (
+from vllm_fleet.model.spec import (
     ModelSpec,
 )
-from vllm_fleet.multimodal import parse_limits
 from vllm_fleet.schema import DTYPES, KV_CACHE_DTYPES, LIMITS, MAX_GPU_MEMORY_GIB, ServingOptions
 
 __all__ = ["LIMITS", "MAX_GPU_MEMORY_GIB", "Device", "Settings", "check_count"]

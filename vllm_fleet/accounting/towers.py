@@ -1,4 +1,4 @@
-"""Multimodal towers (vllm_fleet/multimodal.py): their weights, their encoder cache profile
+"""Multimodal towers (vllm_fleet/accounting/multimodal.py): their weights, their encoder cache profile
 and the serve flags of their limits.
 
 Pure Python, no torch or vLLM import.
@@ -12,15 +12,15 @@ from typing import Any
 from vllm_fleet.accounting.base import (
     GIB,
 )
-from vllm_fleet.accounting.settings import Settings
-from vllm_fleet.model_spec import (
-    ModelSpec,
-)
-from vllm_fleet.multimodal import (
+from vllm_fleet.accounting.multimodal import (
     QWEN_FAMILIES,
     EncoderProfile,
     VisionSpec,
     vision_weight_elements,
+)
+from vllm_fleet.accounting.settings import Settings
+from vllm_fleet.model.spec import (
+    ModelSpec,
 )
 
 # --------------------------------------------------------------------------

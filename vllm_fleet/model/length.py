@@ -13,7 +13,7 @@ from vllm_fleet.model.quantization import _env_true
 from vllm_fleet.model.values import MAX_POSITIONS, _as_int, _get, _show
 
 if TYPE_CHECKING:
-    from vllm_fleet.model_spec import ModelSpec
+    from vllm_fleet.model.spec import ModelSpec
 
 __all__ = ["check_max_model_len"]
 

@@ -15,7 +15,7 @@ from vllm_fleet.errors import PlanError
 from vllm_fleet.model.values import _kind, _show
 
 if TYPE_CHECKING:
-    from vllm_fleet.model_spec import ModelSpec
+    from vllm_fleet.model.spec import ModelSpec
 
 
 # Weight-only integer formats with GPTQ/AWQ-style groups (the method's family, for bytes).

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from vllm_fleet.accounting.memory import kv_heads_shard
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.accounting.settings import LIMITS, check_count
-from vllm_fleet.cluster import Node
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import kv_heads_shard
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
-from vllm_fleet.model_spec import ModelSpec
+from vllm_fleet.model.spec import ModelSpec
+from vllm_fleet.planning.cluster import Node
 from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
 
 

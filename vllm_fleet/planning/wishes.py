@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from vllm_fleet.model_spec import ModelSpec
-from vllm_fleet.render import DEFAULT_PORT
+from vllm_fleet.model.spec import ModelSpec
+from vllm_fleet.planning.render import DEFAULT_PORT
 from vllm_fleet.schema import PlannerOptions
 
 ALL_STRATEGIES = ("replicas", "tp", "pp", "dp_ep", "instances")

@@ -15,7 +15,7 @@ Bundle (every key optional unless said)::
      "nodes": {"node1": {                   # required
          "device": "cuda" | "cpu",
          "address": "10.0.0.1", "interface": "eth0",   # what the inventory/plan uses
-         "facts": {...},                    # gpu_facts_found (vllm_fleet.facts.host_facts)
+         "facts": {...},                    # gpu_facts_found (vllm_fleet.inventory.facts.host_facts)
          "fabric": {"nvswitches": 4, "service": "active", "version": "570.124.06"},  # NVSwitch nodes only
          "docker": {"runtimes": ["nvidia", "runc"], "default_ulimits": {"memlock": {"Hard": -1}}},
          "image": {"id": "sha256:...", "cuda_version": "12.8.1"},
@@ -31,7 +31,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vllm_fleet.deployment import overlay
+from vllm_fleet.deploy.deployment import overlay
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 MIN_SHM_BYTES = 1 << 30  # Docker's 64 MB default breaks vLLM's shared-memory broadcast (FIELD_NOTES 6)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_fleet.cluster import Node
-from vllm_fleet.memory import Estimate, default_partition
+from vllm_fleet.accounting.memory import Estimate, default_partition
+from vllm_fleet.planning.cluster import Node
 
 DEFAULT_PORT = 8000
 

@@ -2,7 +2,7 @@
 
 ``deployment_of(plan, settings, context)``: the gateway with its upstreams and routes, what
 verify probes and from where, Prometheus's host and scrape targets, and how replicas restart.
-Each node's record (vllm_fleet/deploy.py) holds only its own part and takes these parts from
+Each node's record (vllm_fleet/deploy/records.py) holds only its own part and takes these parts from
 here, so a record does not grow with the cluster. Also the roles' own defaults that records
 and the deployment read (one place: the role's defaults/main.yml).
 
@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet import serve
+from vllm_fleet.deploy import serve
 from vllm_fleet.errors import PlanError
 
-ROLES = Path(__file__).resolve().parents[1] / "roles"
+ROLES = Path(__file__).resolve().parents[2] / "roles"
 # The roles' own defaults for what the record needs of them (one place: the role).
 RAY_KEYS = ("gcs_port", "config_dir", "auth", "version", "name", "venv", "volumes", "metrics_export_port")
 LOOPBACK = "127.0.0.1"

@@ -25,7 +25,7 @@ from typing import Any
 
 from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.errors import PlanError
-from vllm_fleet.table import format_table
+from vllm_fleet.planning.table import format_table
 
 DEFAULT_MASTER_PORT = 29501
 DEFAULT_DP_RPC_PORT = 13345

@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet import deploy, interface, schema
+from vllm_fleet import schema
+from vllm_fleet.deploy import records
 from vllm_fleet.errors import PlanError, for_inventory
-from vllm_fleet.strategy import Wishes
+from vllm_fleet.inventory import interface
+from vllm_fleet.planning.strategy import Wishes
 
 # The wishes: every declared option (vllm_fleet/schema.py) and what the deployment hands the planner.
 WISH_KEYS = frozenset(Wishes.__dataclass_fields__) - {"draft_spec"}
@@ -138,7 +140,7 @@ def plan_nodes(hostvars: Any, nodes: list[str]) -> list[dict[str, Any]]:
 
 
 def fabric(settings: dict[str, Any], hostvars: Any, nodes: list[str]) -> dict[str, Any]:
-    """What every node's record reads of the nodes' RDMA (vllm_fleet/deploy.py fabric_of):
+    """What every node's record reads of the nodes' RDMA (vllm_fleet/deploy/records.py fabric_of):
     ``{name: {"infiniband": gpu_facts' ports or None where not gathered, "rdma": ...,
     "rdma_devices": ..., "roce_gid_index": ...}}``; ``settings``: the first play's
     vllm_fleet_settings."""
@@ -149,13 +151,13 @@ def fabric(settings: dict[str, Any], hostvars: Any, nodes: list[str]) -> dict[st
         mine = dict((settings.get("nodes") or {}).get(name) or {})
         out[str(name)] = {
             "infiniband": [dict(p) for p in ports] if isinstance(ports, list) else None,
-            **{k: mine.get(k) for k in deploy.FABRIC_KEYS},
+            **{k: mine.get(k) for k in records.FABRIC_KEYS},
         }
     return out
 
 
 def contexts(settings: dict[str, Any], hostvars: Any, nodes: list[str]) -> dict[str, dict[str, Any]]:
-    """What each node's record reads beside the plan and its settings (vllm_fleet/deploy.py
+    """What each node's record reads beside the plan and its settings (vllm_fleet/deploy/records.py
     node_record): the cores gpu_facts counted, whether the model is a folder on this
     controller, the role variables the inventory sets, the addresses of the gateway and
     monitoring hosts, the node's own address, interface and GPU count, and (one dict shared
@@ -262,7 +264,7 @@ def settings_of(hostvars: Any, nodes: list[str], api_key: bool, playbook_dir: st
             role_vars[name] = {
                 k: hostvars[name][k]
                 for k in list(hostvars[name].keys())
-                if str(k).startswith(interface.ROLE_PREFIXES) and not deploy.is_secret_role_var(str(k))
+                if str(k).startswith(interface.ROLE_PREFIXES) and not records.is_secret_role_var(str(k))
             }
             # The machine behind the name: two names for one machine are refused.
             host = hostvars[name].get("ansible_host")

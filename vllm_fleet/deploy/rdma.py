@@ -56,9 +56,9 @@ SOCKETS = {"NCCL_IB_DISABLE": "1"}
 def node_rdma(node: str, ports: list[dict[str, Any]] | None, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The RDMA of ``node``: ``{kind, source, ports, devices, reason, env, container}``.
 
-    ``ports``: gpu_facts' ``infiniband`` list (vllm_fleet.facts.parse_ib), None where the
+    ``ports``: gpu_facts' ``infiniband`` list (vllm_fleet.inventory.facts.parse_ib), None where the
     facts were not gathered. ``settings``: the node's ``rdma``, ``rdma_devices`` and
-    ``roce_gid_index`` (vllm_fleet/interface.py). ``kind`` is ``infiniband``, ``roce`` or
+    ``roce_gid_index`` (vllm_fleet/inventory/interface.py). ``kind`` is ``infiniband``, ``roce`` or
     ``none``; ``ports`` the ``device[:port]`` entries NCCL_IB_HCA lists; ``env`` the
     node's NCCL variables; ``container`` the capabilities, devices and ulimits its
     containers get (all empty without RDMA)."""

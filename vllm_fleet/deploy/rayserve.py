@@ -1,4 +1,4 @@
-"""A Ray Serve LLM application config from a multi-model plan (:func:`vllm_fleet.allocate.combined_plan`),
+"""A Ray Serve LLM application config from a multi-model plan (:func:`vllm_fleet.planning.allocate.combined_plan`),
 for operators who want Ray Serve's autoscaling instead of vllm-fleet's fixed replicas.
 
 ``serve deploy`` accepts the result on a GPU cluster: one application running
@@ -33,7 +33,7 @@ from typing import Any
 RAY_VERSION = "2.60.0"
 IMPORT_PATH = "ray.serve.llm:build_openai_app"
 
-# Our GPU names (vllm_fleet/catalog.py) -> Ray's AcceleratorType values (ray.util.accelerators).
+# Our GPU names (vllm_fleet/model/catalog.py) -> Ray's AcceleratorType values (ray.util.accelerators).
 RAY_ACCELERATORS: dict[str, str] = {
     "H100-SXM": "H100",
     "H100-PCIe": "H100",

@@ -1,7 +1,7 @@
 """``vllm-fleet status``: what every vLLM instance of the plan is doing now.
 
 Each instance's own ``/health`` and ``/metrics`` (the Prometheus text format, read with
-:mod:`vllm_fleet.metrics`; no Prometheus server) give one row: health, requests running /
+:mod:`vllm_fleet.ops.metrics`; no Prometheus server) give one row: health, requests running /
 waiting, KV cache usage, generation and prompt tokens/s, prefix-cache hit rate, preemptions,
 uptime and the KV block count next to the plan's. Rates are differences between two scrapes.
 
@@ -36,13 +36,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet import metrics, tools
+from vllm_fleet import tools
 from vllm_fleet.errors import PlanError
-from vllm_fleet.table import format_table
+from vllm_fleet.ops import metrics
+from vllm_fleet.planning.table import format_table
 
 TIMEOUT_S = 3.0  # per instance: /health and /metrics together
 MAX_METRICS_BYTES = 32 << 20
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 # vLLM 0.32's names (PrometheusStatLogger).
 RUNNING = "vllm:num_requests_running"

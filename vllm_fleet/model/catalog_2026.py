@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-DATA = Path(__file__).resolve().parent / "model" / "catalog_2026.yaml"
+DATA = Path(__file__).resolve().parent / "catalog_2026.yaml"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -30,7 +30,7 @@ import math
 import re
 from typing import Any
 
-from vllm_fleet.catalog import lookup_gpu
+from vllm_fleet.model.catalog import lookup_gpu
 
 GPU_QUERY_FIELDS = "index,name,memory.total,memory.free,compute_cap,driver_version,pci.bus_id"
 VIRTUAL_NIC = re.compile(r"^(lo|docker\d*|veth.*|br-.*|virbr.*|podman\d*|cni.*|flannel.*|cali.*|tun.*|tap.*)$")

@@ -1,7 +1,7 @@
 """Memory of the ``vllm serve`` options users turn on: LoRA, speculative decoding, CPU
 offload, fp8 KV scales and prefix caching, the way vLLM 0.32 allocates it.
 
-Each function answers bytes on one rank; :func:`vllm_fleet.memory.estimate` adds them to
+Each function answers bytes on one rank; :func:`vllm_fleet.accounting.memory.estimate` adds them to
 its columns and names them in ``RankMemory.parts`` with one ``Estimate.assumptions`` line.
 
 * LoRA (``LoRAModelManager._create_lora_modules``): every ``LinearBase`` / ``MoERunner``
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_fleet.accounting.base import CURRENT_VLLM, Accounting
 from vllm_fleet.accounting.parts import _kv_layer_bytes, _layer_bytes, _stage_parts, _vocab_rows
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, load_model
+from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec, load_model
 from vllm_fleet.schema import LORA_DTYPES, LORA_RANKS
 
 if TYPE_CHECKING:

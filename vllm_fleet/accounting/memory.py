@@ -31,7 +31,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from vllm_fleet import options
+from vllm_fleet.accounting import options
 from vllm_fleet.accounting.activation import (
     _activation_bytes,
     _cuda_graph_bytes,
@@ -55,6 +55,11 @@ from vllm_fleet.accounting.kv import (
     _max_len_fit,
     _reported_tokens,
 )
+from vllm_fleet.accounting.multimodal import (
+    EncoderProfile,
+    encoder_profile,
+    tower_loaded,
+)
 from vllm_fleet.accounting.parts import (
     _file_ratios,
     _kv_layer_bytes,
@@ -64,12 +69,7 @@ from vllm_fleet.accounting.settings import LIMITS, Device, Settings
 from vllm_fleet.accounting.towers import _mm_assumptions, _mm_parts, _vision, _vision_weight_bytes
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.quantization import quant_file_config, quant_flag_matches
-from vllm_fleet.model_spec import DTYPE_BYTES, ModelSpec, QuantSpec, quant_from_name
-from vllm_fleet.multimodal import (
-    EncoderProfile,
-    encoder_profile,
-    tower_loaded,
-)
+from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec, QuantSpec, quant_from_name
 from vllm_fleet.schema import serve_args
 
 

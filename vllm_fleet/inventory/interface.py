@@ -27,12 +27,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_fleet import deploy, deployment, schema
+from vllm_fleet import schema
 from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB
-from vllm_fleet.allocate import wishes_from_data
 from vllm_fleet.cli_args import secret_flags
-from vllm_fleet.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
+from vllm_fleet.deploy import deployment, records
 from vllm_fleet.errors import PlanError
+from vllm_fleet.planning.allocate import wishes_from_data
+from vllm_fleet.planning.cluster import MAX_GPUS_PER_NODE, MAX_NIC_GBPS
 
 PREFIX = "vllm_fleet_"
 _UNSET = object()
@@ -107,7 +108,7 @@ VARIABLES: tuple[Var, ...] = (
     V("address", "str", None, "node", "cluster address (VLLM_HOST_IP, Ray node IP, vLLM's bind address)"),
     V("interface", "str", None, "node", "NIC for NCCL/Gloo (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)"),
     V("cpu_cores", "int", None, "node", "cores vLLM's CPU build binds (default: nproc)", minimum=1, maximum=1 << 16),
-    V("rdma", "choice", "auto", "all/node", "RDMA for NCCL (vllm_fleet/rdma.py): auto (the active InfiniBand "
+    V("rdma", "choice", "auto", "all/node", "RDMA for NCCL (vllm_fleet/deploy/rdma.py): auto (the active InfiniBand "
       "or RoCE ports gpu_facts found; none where the facts were not gathered), infiniband or roce (stated: the "
       "rdma_devices, else the detected active ports of that link layer), off (NCCL_IB_DISABLE=1, no IPC_LOCK, "
       "/dev/infiniband or memlock in the containers)", ("auto", "infiniband", "roce", "off")),
@@ -452,7 +453,7 @@ def node_ports(
     monitoring: Mapping[str, Any] | None = None,
 ) -> list[_Ports]:
     """The ports ``plan`` has ``name`` listen on, with the variable that moves each
-    (vllm_fleet/deploy.py's record of the node): the API port of each instance headed here;
+    (vllm_fleet/deploy/records.py's record of the node): the API port of each instance headed here;
     on the head of a multi-node instance the native master port (native), the DP RPC port
     (DP) and the group wrapper's presence port (master_port + 1); the gateway where nginx
     runs, with the vllm-routers' ports behind it; Ray's ports and worker range where the node
@@ -481,7 +482,7 @@ def node_ports(
         out.append(_Ports(PREFIX + "gateway_port", f"{PREFIX}gateway_port (nginx)", gw, gw, gw == 8080))
         if gateway["balancer"] == "vllm-router":
             out += _router_ports(name, role, max(1, len(gateway["routes"])))
-    if deploy.runs_ray(dict(plan), name, dict(settings)):
+    if records.runs_ray(dict(plan), name, dict(settings)):
         out += _ray_ports(name, role)
     if monitoring is None:
         monitoring = _shared_monitoring(plan, settings)
@@ -505,7 +506,7 @@ def _shared_monitoring(plan: Mapping[str, Any], settings: Mapping[str, Any]) -> 
 def _monitoring_ports(
     name: str, settings: Mapping[str, Any], gateway: Mapping[str, Any], mon: Mapping[str, Any]
 ) -> list[_Ports]:
-    """What monitoring listens on at ``name`` (``mon``: vllm_fleet/deploy.py monitoring_of): the
+    """What monitoring listens on at ``name`` (``mon``: vllm_fleet/deploy/records.py monitoring_of): the
     node exporter where vLLM runs and on the monitoring host; Prometheus and the nginx exporter
     on the monitoring host; DCGM on GPU nodes of the container runtime."""
     if not mon["enabled"]:
@@ -696,7 +697,7 @@ def markdown_rows() -> list[str]:
     return rows
 
 
-README_BEGIN = "<!-- inventory table: generated from vllm_fleet/interface.py and schema.py by `make docs` -->"
+README_BEGIN = "<!-- inventory table: generated from vllm_fleet/inventory/interface.py and schema.py by `make docs` -->"
 README_END = "<!-- end of the inventory table -->"
 
 

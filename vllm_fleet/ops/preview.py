@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_fleet.deploy import RECORD_ROLE_VARS
+from vllm_fleet.deploy.records import RECORD_ROLE_VARS
 from vllm_fleet.errors import PlanError
-from vllm_fleet.table import format_table
+from vllm_fleet.planning.table import format_table
 
 FORMAT = "vllm-fleet-applied/1"
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
@@ -152,7 +152,7 @@ def planned_state(
     gateway: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The planned state: ``nodes`` as :func:`node_state` gives them, and the gateway: the
-    deployment's (``gateway``, vllm_fleet/deploy.py deployment_of), else the one the gateway
+    deployment's (``gateway``, vllm_fleet/deploy/records.py deployment_of), else the one the gateway
     host's record holds (``records``: the deployment records)."""
     gateways: dict[str, Any] = {}
     held = [r["gateway"] for r in records.values() if "upstreams" in (r.get("gateway") or {})]

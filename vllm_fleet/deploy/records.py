@@ -1,7 +1,7 @@
 """The plan's last output: one deployment record per node.
 
 ``records_of(plan, settings, contexts)`` gives every node's record at once, on the controller
-(the deployment-wide parts, vllm_fleet/deployment.py, computed once for all of them);
+(the deployment-wide parts, vllm_fleet/deploy/deployment.py, computed once for all of them);
 ``node_record(plan, node, settings, context)`` gives one. A record says everything ``node``
 needs, so that playbooks hand its parts to roles and decide nothing:
 
@@ -14,11 +14,11 @@ needs, so that playbooks hand its parts to roles and decide nothing:
 * ``launches``: every ``vllm serve`` this node runs (argv, env, ports, GPU ids,
   bind address, group restart and Ray attach settings);
 * ``gateway`` and ``verify``: where nginx runs, its upstreams, what verify probes;
-* ``rdma``: the node's InfiniBand/RoCE devices from its gpu_facts (vllm_fleet/rdma.py), the
+* ``rdma``: the node's InfiniBand/RoCE devices from its gpu_facts (vllm_fleet/deploy/rdma.py), the
   NCCL variables every launch and the Ray processes get, and the container settings
   (IPC_LOCK, /dev/infiniband, unlimited memlock) where there are devices;
 * ``served_model_name``, ``firewall_sources`` and ``paths`` (where the roles record
-  what they started, which the preview reads back: vllm_fleet/preview.py);
+  what they started, which the preview reads back: vllm_fleet/ops/preview.py);
 * ``model_cache``: how the prepare phase puts the model on the node (copied from the
   controller, or fetched from the Hub) and where, or None.
 
@@ -33,8 +33,8 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet import rdma, serve
-from vllm_fleet.deployment import (
+from vllm_fleet.deploy import rdma, serve
+from vllm_fleet.deploy.deployment import (
     DCGM_PORT,
     RAY_KEYS,
     ROLES,
@@ -48,7 +48,7 @@ from vllm_fleet.errors import PlanError
 
 _SERVER_KEYS = ("venv", "state_dir", "config_dir")
 SESSION_DIR = "/var/lib/vllm-fleet/ray-session"
-# Serving options the launches take from the settings (vllm_fleet/serve.py ServeOptions).
+# Serving options the launches take from the settings (vllm_fleet/deploy/serve.py ServeOptions).
 _SERVE_KEYS = (
     "master_port", "dp_rpc_port", "enable_chunked_prefill", "trust_remote_code",
     "tool_call_parser", "reasoning_parser", "extra_args", "extra_env",
@@ -160,7 +160,7 @@ def shared_of(
 ) -> dict[str, Any]:
     """What every node's record reads of the whole deployment, worked out once: the gateway,
     monitoring, every node's address, the instances by node and (``fabric``: every node's
-    :func:`vllm_fleet.rdma.node_rdma`) the fabric. ``settings``: the deployment-wide values
+    :func:`vllm_fleet.deploy.rdma.node_rdma`) the fabric. ``settings``: the deployment-wide values
     (any node's); ``context``: ``addresses`` of hosts outside the plan, ``role_vars``."""
     ctx = dict(context or {})
     addresses = dict(ctx.get("addresses") or {})
@@ -269,7 +269,7 @@ def node_record(
     shared: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything ``node`` runs. ``settings``: the node's resolved ``vllm_fleet_*``
-    values (:func:`vllm_fleet.interface.resolve`). ``context``: what only the hosts
+    values (:func:`vllm_fleet.inventory.interface.resolve`). ``context``: what only the hosts
     know (``cpu_cores``, ``model_path`` on the nodes, ``fabric``: every node's RDMA
     ports and settings, :func:`fabric_of`) and role variables the inventory sets
     (``ray_cluster_*``, ``vllm_server_*``)."""
@@ -345,7 +345,7 @@ def node_record(
     launches = serve.launches(here, node, options)
     if not launches:
         built = {}  # built only where a vllm serve runs (the record owns it; the playbook loops over it)
-    # Where a group's members differ in RDMA, its NCCL runs on sockets (vllm_fleet/rdma.py).
+    # Where a group's members differ in RDMA, its NCCL runs on sockets (vllm_fleet/deploy/rdma.py).
     notes: list[str] = []
     if ray is not None:
         ray["nccl_env"], why = rdma.group_env(node, list(ray["members"]), fabric)
@@ -427,7 +427,7 @@ def node_record(
                 str(i["endpoint"]) for i in here if i["head_node"] == node and str(i["endpoint"]) in upstreams
             ],
         },
-        # Day 2 (vllm_fleet/deploy.py monitoring_of): Prometheus on the monitoring host; a node
+        # Day 2 (vllm_fleet/deploy/records.py monitoring_of): Prometheus on the monitoring host; a node
         # exporter where vLLM runs (its address, behind the firewall) and on the monitoring
         # host (loopback); DCGM on GPU nodes.
         "monitoring": {
@@ -453,7 +453,7 @@ def node_record(
             "stall_s": int(120 if settings.get("watchdog_stall_s") is None else settings["watchdog_stall_s"]),
         },
         "rolling": common["rolling"],
-        # InfiniBand/RoCE (vllm_fleet/rdma.py): the devices, the node's NCCL variables (in every
+        # InfiniBand/RoCE (vllm_fleet/deploy/rdma.py): the devices, the node's NCCL variables (in every
         # launch's env and Ray's nccl_env; sockets for a group whose members differ: notes) and
         # what the containers get (IPC_LOCK, /dev/infiniband, memlock) only where there are devices.
         "rdma": {**fabric[node], "notes": notes},
@@ -512,9 +512,9 @@ def fabric_all(settings: dict[str, dict[str, Any]], given: dict[str, Any] | None
 
 
 def fabric_of(node: str, settings: dict[str, Any], given: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """:func:`vllm_fleet.rdma.node_rdma` of ``node`` and of every other node ``given`` knows:
+    """:func:`vllm_fleet.deploy.rdma.node_rdma` of ``node`` and of every other node ``given`` knows:
     ``{name: {"infiniband": gpu_facts' ports or None, "rdma": ..., "rdma_devices": ...,
-    "roce_gid_index": ...}}`` (vllm_fleet/hostvars.py fabric).
+    "roce_gid_index": ...}}`` (vllm_fleet/inventory/hostvars.py fabric).
     ``node``'s own settings are ``settings``; a node absent from ``given`` has no facts. Another
     node whose settings cannot work is left out (its own record names the problem)."""
     given = dict(given or {})

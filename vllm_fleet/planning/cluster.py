@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB, Device
-from vllm_fleet.catalog import ARCH_CAPABILITY, lookup_gpu
 from vllm_fleet.errors import PlanError
+from vllm_fleet.model.catalog import ARCH_CAPABILITY, lookup_gpu
 
 _SM = {"volta": 7, "turing": 7, "ampere": 8, "ada": 8, "hopper": 9, "blackwell": 10, "cdna3": 9, "cpu": 0}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_fleet.catalog_2026 import ALIASES_2026, MODELS_2026
+from vllm_fleet.model.catalog_2026 import ALIASES_2026, MODELS_2026
 
 
 def _llama(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vllm_fleet.doctor import FAIL, PASS, SKIP, WARN, Check
+from vllm_fleet.ops.doctor import FAIL, PASS, SKIP, WARN, Check
 
 _VIA_NET = re.compile(r"\bvia NET/(?P<net>[A-Za-z][A-Za-z0-9_]*)(?P<rest>/\S*)?")
 _VIA_LOCAL = re.compile(r"\bvia (?P<kind>P2P|SHM)/")
@@ -105,7 +105,7 @@ def parse(log: str) -> dict[str, Any]:
 
 def rdma_ports(facts: dict[str, Any]) -> list[str]:
     """The node's active InfiniBand/RoCE ports (``device:port``) from gpu_facts'
-    ``infiniband`` list (vllm_fleet.facts.parse_ib); the doctor's memlock check counts
+    ``infiniband`` list (vllm_fleet.inventory.facts.parse_ib); the doctor's memlock check counts
     the same ports."""
     return [
         f"{p.get('device')}:{p.get('port')}"

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet.catalog import MODELS, lookup_model
+from vllm_fleet.accounting.multimodal import VisionSpec, vision_spec_from_config
 from vllm_fleet.errors import PlanError
+from vllm_fleet.model.catalog import MODELS, lookup_model
 from vllm_fleet.model.families import _hybrid_layer_types, _llama4_text, _mixer_fields
 from vllm_fleet.model.files import (
     _encoder_max_seq_length,
@@ -54,7 +55,6 @@ from vllm_fleet.model.values import (
     _require,
     _show,
 )
-from vllm_fleet.multimodal import VisionSpec, vision_spec_from_config
 
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,

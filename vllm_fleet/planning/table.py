@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_fleet.memory import Estimate
+from vllm_fleet.accounting.memory import Estimate
 
 BAR_WIDTH = 40
 

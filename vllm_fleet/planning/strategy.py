@@ -26,25 +26,25 @@ from typing import Any
 
 from vllm_fleet.accounting.base import GIB, known_release
 from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
+from vllm_fleet.accounting.memory import Estimate, estimate, kv_heads_shard
+from vllm_fleet.accounting.options import draft_spec_for
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.memory import Estimate, estimate, kv_heads_shard
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
-from vllm_fleet.model_spec import ModelSpec
+from vllm_fleet.model.spec import ModelSpec
 from vllm_fleet.names import check_served_name
-from vllm_fleet.options import draft_spec_for
 from vllm_fleet.planning.checks import check_wishes, nodes_vllm_runs_on, valid_tps
+from vllm_fleet.planning.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.planning.executor import choose_executor
-from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
-from vllm_fleet.render import (
+from vllm_fleet.planning.render import (
     instance_env,
     is_custom_partition,
     node_env,
     placement,
     vllm_args,
 )
+from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
 from vllm_fleet.schema import values_of
 
 __all__ = ["ALL_STRATEGIES", "Wishes", "choose_executor", "cluster_from_data", "load_cluster", "plan_cluster"]

@@ -1,6 +1,6 @@
 """Several models on one cluster: give each its GPUs, and say why (``vllm_fleet_models``).
 
-The single-model planner (:func:`vllm_fleet.strategy.plan_cluster`) decides every layout;
+The single-model planner (:func:`vllm_fleet.planning.strategy.plan_cluster`) decides every layout;
 this module only splits the cluster between models:
 
 1. For each model and each GPU type, the smallest footprint: the planner is asked to plan the
@@ -34,13 +34,13 @@ from vllm_fleet import schema
 from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.accounting.settings import LIMITS
-from vllm_fleet.cluster import Node, _UniqueKeyLoader
 from vllm_fleet.errors import NothingFitsError, PlanError
-from vllm_fleet.model_spec import ModelSpec, load_model
+from vllm_fleet.model.spec import ModelSpec, load_model
 from vllm_fleet.names import check_served_name
-from vllm_fleet.render import DEFAULT_PORT
-from vllm_fleet.strategy import Wishes, plan_cluster
-from vllm_fleet.table import format_table
+from vllm_fleet.planning.cluster import Node, _UniqueKeyLoader
+from vllm_fleet.planning.render import DEFAULT_PORT
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
+from vllm_fleet.planning.table import format_table
 
 FIELD = "vllm_fleet_models"
 # vLLM starts an instance only when the GPU's free memory holds its whole budget
@@ -672,8 +672,8 @@ def render_allocation(result: Allocation) -> str:
 
 
 def combined_plan(result: Allocation) -> dict[str, Any]:
-    """The allocation as one plan of the shape :func:`vllm_fleet.strategy.plan_cluster`
-    returns, so that the node records (vllm_fleet/deploy.py), verify and the gateway read a
+    """The allocation as one plan of the shape :func:`vllm_fleet.planning.strategy.plan_cluster`
+    returns, so that the node records (vllm_fleet/deploy/records.py), verify and the gateway read a
     multi-model deployment as they read a single-model one:
 
     * ``instances``: every instance of every model, each with its own ``served_model_name``,
