@@ -363,3 +363,32 @@ def test_every_model_inherits_the_deployment_wide_wishes_unless_its_entry_says_o
     assert all("--enforce-eager" in i["vllm_args"] for i in plan["instances"])
     assert sorted(i["port"] for i in plan["instances"]) == [9000, 9001]  # one node: the next port each
     assert (by_name["alpha"]["max_model_len"], by_name["beta"]["max_model_len"]) == (1024, 512)
+
+
+def test_a_model_entry_takes_any_declared_option_as_its_own() -> None:
+    """Each vllm_fleet_models entry takes every option vllm_fleet/schema.py declares (checked as
+    its inventory variable is, the error naming the entry): one model with n-gram speculative
+    decoding, the other with LoRA, on the same nodes; the deployment-wide value is the default."""
+    nodes = cluster_from_data({"nodes": [{"name": "n1", "gpu": "H100-SXM", "gpu_count": 2}]})
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
+    entries = [
+        {"model": "Qwen/Qwen3-8B", "served_model_name": "spec", "max_model_len": 8192, "speculative_config": ngram},
+        {"model": "Qwen/Qwen3-8B", "served_model_name": "lora", "max_model_len": 8192, "enable_lora": "yes",
+         "max_loras": 2, "max_lora_rank": 16},
+    ]  # fmt: skip
+    plan = combined_plan(allocate(wishes_from_data(entries), nodes, {"enforce_eager": True}))
+    args = {i["served_model_name"]: i["vllm_args"] for i in plan["instances"]}
+    assert args["spec"][args["spec"].index("--speculative-config") + 1] == json.dumps(ngram, separators=(",", ":"))
+    assert "--enable-lora" not in args["spec"] and "--speculative-config" not in args["lora"]
+    assert args["lora"][args["lora"].index("--max-loras") + 1] == "2" and "--enable-lora" in args["lora"]
+    assert all("--enforce-eager" in a for a in args.values())  # the deployment-wide wish, inherited
+    lora = next(i for i in plan["instances"] if i["served_model_name"] == "lora")
+    spec = next(i for i in plan["instances"] if i["served_model_name"] == "spec")
+    assert lora["memory"]["option_args"] != spec["memory"]["option_args"]  # each planned with its own
+
+    with pytest.raises(PlanError, match=r"vllm_fleet_models\[0\] \(Qwen/Qwen3-8B\)\.max_loras: 0 is below 1"):
+        wishes_from_data([{"model": "Qwen/Qwen3-8B", "max_loras": 0}])
+    with pytest.raises(PlanError, match=r"\.speculative_config: 'x' is neither a mapping nor JSON"):
+        wishes_from_data([{"model": "Qwen/Qwen3-8B", "speculative_config": "x"}])
+    with pytest.raises(PlanError, match=r"\.colour: is not a model wish; fix: .*a declared option"):
+        wishes_from_data([{"model": "Qwen/Qwen3-8B", "colour": 1}])

@@ -19,8 +19,6 @@ from __future__ import annotations
 import copy
 import difflib
 import ipaddress
-import json
-import math
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -30,6 +28,8 @@ from typing import Any
 from vllm_fleet import schema
 from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB
 from vllm_fleet.cli_args import secret_flags
+from vllm_fleet.coerce import JSON_EXAMPLE
+from vllm_fleet.coerce import value as coerce_value
 from vllm_fleet.deploy import deployment, records
 from vllm_fleet.errors import PlanError
 from vllm_fleet.planning.allocate import wishes_from_data
@@ -78,7 +78,7 @@ def _declared_var(d: schema.Declared) -> Var:
         tuple(str(c) for c in how.choices),
         minimum=how.minimum,
         maximum=how.maximum,
-        example="{method: ngram, num_speculative_tokens: 3}" if d.kind == "json" else "",
+        example=JSON_EXAMPLE if d.kind == "json" else "",
     )
 
 
@@ -89,8 +89,8 @@ VARIABLES: tuple[Var, ...] = (
     V("model", "str", None, "all",
       "model folder (config.json, safetensors) or a catalog / Hub name; required unless models"),
     V("models", "models", None, "all", "several models on one cluster: `[{model, served_model_name, max_model_len, "
-      "min_replicas, replicas, target_concurrency, priority, gpu_memory_share, ...}]` (replaces model; "
-      "`vllm-fleet plan --models`)"),
+      "min_replicas, replicas, target_concurrency, priority, gpu_memory_share, ...}]`, and any option of this "
+      "table without the prefix, that model's own (replaces model; `vllm-fleet plan --models`)"),
     V("served_model_name", "str", None, "all", "API name of the model (default: the folder's or repo's last part)"),
     V("model_path", "str", None, "all", "the model folder's path on the nodes when it is already there"),
     V("build_model", "bool", False, "all", "fill a config-only model folder with random weights and a tokenizer"),
@@ -201,42 +201,11 @@ DERIVED = frozenset(
 DOCTOR_PREFIX = "vllm_fleet_doctor_"
 
 
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
 def _coerce(var: Var, raw: Any) -> Any:
     def bad(problem: str, fix: str) -> PlanError:
         return PlanError(var.full, problem, fix)
 
     kind = var.type
-    if kind == "bool":
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in ("true", "yes", "on", "1"):
-            return True
-        if text in ("false", "no", "off", "0"):
-            return False
-        raise bad(f"{raw!r} is not true or false", "write true or false")
-    if kind in ("int", "float"):
-        if isinstance(raw, bool):
-            raise bad(f"{raw!r} is a boolean, not a number", "write a number")
-        try:
-            number = float(raw) if kind == "float" else int(str(raw).strip())
-        except (TypeError, ValueError):
-            raise bad(f"{raw!r} is not {'a number' if kind == 'float' else 'an integer'}", "write a number") from None
-        if not math.isfinite(number):
-            raise bad(f"{raw!r} is not a finite number", "write a number")
-        if var.minimum is not None and number < var.minimum:
-            raise bad(f"{number} is below {_num(var.minimum)}", f"use {_num(var.minimum)} or more")
-        if var.maximum is not None and number > var.maximum:
-            raise bad(f"{number} is above {_num(var.maximum)}", f"use {_num(var.maximum)} or less")
-        if var.choices and _num(number) not in var.choices:
-            raise bad(f"{_num(number)} is not one of {', '.join(var.choices)}", f"use one of {', '.join(var.choices)}")
-        return number
-    if kind == "json":
-        return _json(var, raw)
     if kind == "list":
         if not isinstance(raw, list) or not all(isinstance(a, str | int | float) for a in raw):
             raise bad(f"must be a list of strings, got {raw!r}", "e.g. " + (var.example or '["--seed", "1"]'))
@@ -256,28 +225,10 @@ def _coerce(var: Var, raw: Any) -> Any:
         if not isinstance(raw, Mapping):
             raise bad(f"must be a mapping, got {raw!r}", "e.g. {VLLM_LOGGING_LEVEL: DEBUG}")
         return {str(k): str(v) for k, v in raw.items()}
-    if isinstance(raw, list | tuple | Mapping):
-        raise bad(f"must be a single value, got a {type(raw).__name__}", "write one value, not a list or a mapping")
-    text = str(raw)
-    if kind == "choice":
-        text = text.strip().lower() if isinstance(raw, bool | str) else text
-        if text not in var.choices:
-            raise bad(f"must be one of {list(var.choices)}, got {raw!r}", f"use {' or '.join(var.choices)}")
-    if "\n" in text or "\r" in text or "\x00" in text:
-        raise bad("holds a newline or NUL", "write it on one line")
-    return text
-
-
-def _json(var: Var, raw: Any) -> dict[str, Any]:
-    """A mapping option (vllm serve takes it as JSON): a YAML mapping, or its JSON text."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise PlanError(var.full, f"{raw!r} is neither a mapping nor JSON", f"e.g. {var.example}") from None
-    if not isinstance(raw, Mapping):
-        raise PlanError(var.full, f"must be a mapping, got {raw!r}", f"e.g. {var.example}")
-    return copy.deepcopy(dict(raw))
+    # bool, int, float, json, choice, str: as every declared value is (vllm_fleet/coerce.py).
+    return coerce_value(
+        var.full, kind, raw, minimum=var.minimum, maximum=var.maximum, choices=var.choices, example=var.example
+    )
 
 
 def coerce(name: str, raw: Any) -> Any:

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet import schema
+from vllm_fleet import coerce, schema
 from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.accounting.settings import LIMITS
@@ -89,6 +89,9 @@ class ModelWish:
     tensor_parallel_size: int | None = None
     pipeline_parallel_size: int | None = None
     max_num_seqs: int | None = None
+    # Any other declared option (vllm_fleet/schema.py) the entry sets, typed: this model's own
+    # value over the deployment-wide vllm_fleet_<name> (LoRA, speculative decoding, ...).
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -224,9 +227,13 @@ def wish_from_dict(data: Any, index: int) -> ModelWish:
     data = dict(data)
     if "name" in data and "model" not in data:
         data["model"] = data.pop("name")
-    unknown = sorted(set(data) - set(_KEYS), key=str)
+    unknown = sorted(set(data) - set(_KEYS) - set(schema.by_name()), key=str)
     if unknown:
-        raise PlanError(f"{where}.{unknown[0]}", "is not a model wish", f"use some of {sorted(_KEYS)}")
+        raise PlanError(
+            f"{where}.{unknown[0]}",
+            "is not a model wish",
+            f"use some of {sorted(_KEYS)}, or a declared option (a vllm_fleet_<name> variable, without the prefix)",
+        )
     model = data.get("model")
     if not isinstance(model, str) or not model.strip():
         raise PlanError(f"{where}.model", "is missing", "name a catalog model or a model folder")
@@ -261,7 +268,12 @@ def wish_from_dict(data: Any, index: int) -> ModelWish:
         if not isinstance(raw, str) or not raw.strip():
             raise PlanError(f"{where}.{key}", f"must be a string, got {raw!r}", f"give the {_KEYS[key]}")
         kwargs[key] = raw.strip()
-    wish = ModelWish(**kwargs)
+    options = {
+        key: coerce.declared(key, raw, f"{where}.{key}")
+        for key, raw in data.items()
+        if key not in _KEYS and raw is not None
+    }
+    wish = ModelWish(**kwargs, options=options)
     if wish.replicas is not None and wish.replicas < wish.min_replicas:
         raise PlanError(
             f"{where}.replicas", f"{wish.replicas} is below min_replicas {wish.min_replicas}", "raise replicas"
@@ -321,7 +333,12 @@ def _planner_wishes(
         "pipeline_parallel_size": wish.pipeline_parallel_size,
         "max_num_seqs": wish.max_num_seqs,
     }
-    merged: dict[str, Any] = {"vllm_version": CURRENT_VLLM, **shared, **{k: v for k, v in own.items() if v is not None}}
+    merged: dict[str, Any] = {
+        "vllm_version": CURRENT_VLLM,
+        **shared,
+        **wish.options,
+        **{k: v for k, v in own.items() if v is not None},
+    }
     return Wishes(**merged, model_ref=wish.model, served_model_name=served, port=port)
 
 
