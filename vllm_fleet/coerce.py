@@ -8,13 +8,14 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vllm_fleet import schema
 from vllm_fleet.errors import PlanError
 
 JSON_EXAMPLE = "{method: ngram, num_speculative_tokens: 3}"
+KINDS = ("bool", "int", "float", "choice", "json", "str")
 
 
 def _num(value: float) -> str:
@@ -96,3 +97,39 @@ def declared(name: str, raw: Any, field: str) -> Any:
         choices=tuple(str(c) for c in how.choices),
         example=JSON_EXAMPLE if d.kind == "json" else "",
     )
+
+
+def check_typed(obj: Any, field: Callable[[str], str], kinds: tuple[str, ...] = KINDS) -> None:
+    """The declared options an already typed object (``Wishes``, ``Settings``) holds, within
+    their declarations: a Python caller that builds one by hand meets the same bounds and
+    choices as an inventory. None passes (unset); ``field`` names the option in the error
+    (its flag for Settings, its bare name for Wishes). Booleans are not numbers here."""
+    for d in schema.declared():
+        raw = getattr(obj, d.name, None)
+        if raw is None or d.kind not in kinds:
+            continue
+        how, name = d.option, field(d.name)
+        if d.kind in ("int", "float"):
+            number = isinstance(raw, int | float) and not isinstance(raw, bool)
+            if d.kind == "int" and not isinstance(raw, int):
+                number = False
+            low, high = how.minimum, how.maximum
+            if d.kind == "int" and low == 1 and (not number or raw < 1):
+                raise PlanError(name, f"must be a positive integer, got {raw!r}", f"pass {name} 1 or more, or omit it")
+            if not number or not math.isfinite(raw) or (low is not None and raw < low):
+                span = f"from {_num(low)}" if low is not None else ""
+                span += f" to {_num(high)}" if high is not None else ""
+                raise PlanError(name, f"must be a number {span}, got {raw!r}".replace("  ", " "), "e.g. the default")
+            if high is not None and raw > high:
+                raise PlanError(
+                    name, f"{raw:,} is above {_num(high)}, the largest the planner accepts", f"use {_num(high)} or less"
+                )
+            if how.choices and _num(raw) not in {str(c) for c in how.choices}:
+                allowed = ", ".join(str(c) for c in how.choices)
+                raise PlanError(name, f"must be one of {allowed}, got {raw!r}", f"use one of {allowed}")
+        elif d.kind == "bool" and not isinstance(raw, bool):
+            raise PlanError(name, f"must be true or false, got {raw!r}", "write true or false")
+        elif d.kind == "choice" and str(raw) not in {str(c) for c in how.choices}:
+            raise PlanError(name, f"must be one of {list(how.choices)}, got {raw!r}", f"use one of {list(how.choices)}")
+        elif d.kind == "json" and not isinstance(raw, Mapping):
+            raise PlanError(name, f"must be a mapping, got {raw!r}", f"e.g. {JSON_EXAMPLE}")

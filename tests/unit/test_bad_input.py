@@ -179,7 +179,9 @@ def test_bad_numbers_on_the_command_line_exit_2(
         pytest.param(Settings(tensor_parallel_size=True), r"--tensor-parallel-size: must be a positive", id="tp-bool"),
         pytest.param(Settings(max_model_len=1.5), r"--max-model-len: must be a positive integer", id="mml-float"),  # type: ignore[arg-type]
         pytest.param(Settings(max_model_len=10**9), r"--max-model-len: 1,000,000,000 is above", id="mml-above"),
-        pytest.param(Settings(gpu_memory_utilization=math.nan), r"must be in \(0, 1\], got nan", id="util-nan"),
+        pytest.param(
+            Settings(gpu_memory_utilization=math.nan), r"must be a number from 0.01 to 1, got nan", id="util-nan"
+        ),
         pytest.param(Settings(max_num_seqs=False), r"--max-num-seqs: must be a positive integer", id="seqs-bool"),
         pytest.param(Settings(layer_partition=[True]), r"--layer-partition: must be a list", id="partition-bool"),  # type: ignore[list-item]
     ],
@@ -200,7 +202,9 @@ def test_nan_gpu_memory_is_refused() -> None:
         pytest.param(Wishes(tensor_parallel_size=True), r"tensor_parallel_size: must be a positive", id="tp-bool"),
         pytest.param(Wishes(max_num_seqs=0), r"max_num_seqs: must be a positive integer, got 0", id="seqs-zero"),
         pytest.param(Wishes(max_model_len=10**9), r"max_model_len: 1,000,000,000 is above", id="mml-above"),
-        pytest.param(Wishes(gpu_memory_utilization=True), r"gpu_memory_utilization: must be in", id="util-bool"),
+        pytest.param(
+            Wishes(gpu_memory_utilization=True), r"gpu_memory_utilization: must be a number from 0.01", id="util-bool"
+        ),
         pytest.param(Wishes(port=70000), r"vllm_fleet_port: must be a port \(1 to 65535\)", id="port-above"),
         pytest.param(Wishes(strategies=("bogus",)), r"--strategy: unknown strategy 'bogus'", id="strategy"),
         pytest.param(Wishes(port=65535), r"vllm_fleet_port: 65535 \+ 8 instances on a800-1 .* above 65535", id="ports"),
@@ -895,3 +899,19 @@ def test_duplicate_yaml_keys_are_an_error_for_ansible() -> None:
     text = (ROOT / "ansible.cfg").read_text()
     section = text.split("[defaults]", 1)[1].split("\n[", 1)[0]
     assert re.search(r"^duplicate_dict_key = error$", section, re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    ("wishes", "message"),
+    [
+        pytest.param(Wishes(max_loras=0), r"max_loras: must be a positive integer, got 0", id="max-loras"),
+        pytest.param(Wishes(max_lora_rank=7), r"max_lora_rank: must be one of", id="lora-rank-choice"),
+        pytest.param(Wishes(enable_lora="yes"), r"enable_lora: must be true or false", id="lora-bool"),  # type: ignore[arg-type]
+        pytest.param(Wishes(speculative_config="ngram"), r"speculative_config: must be a mapping", id="spec-json"),  # type: ignore[arg-type]
+        pytest.param(Wishes(cpu_offload_gb=-1.0), r"cpu_offload_gb: must be a number from 0", id="offload"),
+    ],
+)
+def test_every_declared_bound_holds_for_a_python_caller(wishes: Wishes, message: str) -> None:
+    """A Wishes built by hand meets each option's declaration (vllm_fleet/schema.py), as an inventory does."""
+    with pytest.raises(PlanError, match=message):
+        plan_cluster(load_model("meta-llama/Llama-3.1-8B"), load_cluster(FIXTURES / "2x8xa800.yml"), wishes)

@@ -140,7 +140,7 @@ def test_bad_wishes_name_the_field() -> None:
     cluster = load_cluster(FIXTURES / "2x8xa800.yml")
     with pytest.raises(PlanError, match=r"--tensor-parallel-size: TP=3 does not divide the 32 attention heads"):
         plan_cluster(load_model("meta-llama/Llama-3.1-8B"), cluster, Wishes(tensor_parallel_size=3))
-    with pytest.raises(PlanError, match=r"gpu_memory_utilization: must be in \(0, 1\]"):
+    with pytest.raises(PlanError, match=r"gpu_memory_utilization: 1.2 is above 1, the largest the planner accepts"):
         plan_cluster(load_model("meta-llama/Llama-3.1-8B"), cluster, Wishes(gpu_memory_utilization=1.2))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_fleet import coerce, schema
 from vllm_fleet.accounting import options
 from vllm_fleet.accounting.base import ALL2ALL_BACKENDS
 from vllm_fleet.accounting.multimodal import parse_limits
@@ -61,15 +62,11 @@ class Settings(ServingOptions):
     def validate(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             check_count(getattr(self, name), "--" + name.replace("_", "-"), LIMITS[name], required=True)
-        util = self.gpu_memory_utilization
-        if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
-            raise PlanError(
-                "--gpu-memory-utilization",
-                f"must be in (0, 1], got {util!r}",
-                "use a fraction of total GPU memory such as 0.9",
-            )
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
-            check_count(getattr(self, name), "--" + name.replace("_", "-"), LIMITS[name])
+        if self.gpu_memory_utilization is None:
+            raise PlanError("--gpu-memory-utilization", "is required", "use a fraction of total GPU memory such as 0.9")
+        # Every declared number within its declaration (vllm_fleet/schema.py), named by its flag;
+        # the choices below, with what each one means.
+        coerce.check_typed(self, lambda name: schema.by_name()[name].cli or name, kinds=("int", "float"))
         if self.layer_partition is not None and (
             not isinstance(self.layer_partition, list)
             or not all(isinstance(n, int) and not isinstance(n, bool) for n in self.layer_partition)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from vllm_fleet import coerce
 from vllm_fleet.accounting.memory import kv_heads_shard
 from vllm_fleet.accounting.refusal import vllm_refusal
-from vllm_fleet.accounting.settings import LIMITS, check_count
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
@@ -32,18 +32,8 @@ def valid_tps(spec: ModelSpec, max_tp: int) -> list[int]:
 
 def check_wishes(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
     """The wishes' types and ranges, and the requests vLLM itself would refuse."""
-    util = wishes.gpu_memory_utilization
-    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
-        raise PlanError(
-            "gpu_memory_utilization",
-            f"must be in (0, 1], got {util!r}",
-            "use a fraction such as 0.9",
-        )
-    for name in (
-        "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_num_seqs",
-        "target_concurrency",
-    ):  # fmt: skip
-        check_count(getattr(wishes, name), name, LIMITS[name])
+    # Every declared option within its declaration (vllm_fleet/schema.py), named as the wish it is.
+    coerce.check_typed(wishes, lambda name: name)
     port = wishes.port
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise PlanError("vllm_fleet_port", f"must be a port (1 to 65535), got {port!r}", "e.g. 8000")
