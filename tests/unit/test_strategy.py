@@ -147,3 +147,15 @@ def test_bad_wishes_name_the_field() -> None:
 def test_missing_cluster_file(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match=r"--cluster: .* does not exist"):
         load_cluster(tmp_path / "nope.yml")
+
+
+def test_an_asked_dtype_is_rendered_even_where_it_is_the_checkpoints() -> None:
+    """vllm_fleet_dtype: bfloat16 reaches vLLM as --dtype bfloat16 (on a float16 checkpoint vLLM's
+    auto would pick float16); unset (auto), a bfloat16 checkpoint renders no --dtype."""
+    cluster = cluster_from_data({"nodes": [{"name": "n", "gpu": "H100-SXM", "gpu_count": 1}]})
+    rendered = {}
+    for dtype in ("auto", "bfloat16", "float16"):
+        plan = plan_cluster(load_model("Qwen/Qwen3-8B"), cluster, Wishes(dtype=dtype, max_model_len=4096))
+        args = plan["instances"][0]["vllm_args"]
+        rendered[dtype] = args[args.index("--dtype") + 1] if "--dtype" in args else None
+    assert rendered == {"auto": None, "bfloat16": "bfloat16", "float16": "float16"}

@@ -28,6 +28,7 @@ def vllm_args(
     executor: str,
     device_kind: str,
     dp_local: int | None = None,
+    asked_dtype: str = "auto",
 ) -> list[str]:
     """The exact ``vllm serve`` argument list for one instance. ``host``: the
     head's cluster address, never 0.0.0.0 (``--api-key`` guards only the
@@ -63,8 +64,10 @@ def vllm_args(
         args.append("--enable-expert-parallel")
     if executor == "ray":
         args += ["--distributed-executor-backend", "ray"]
-    if est.dtype not in ("auto",) and est.dtype != "bfloat16":
-        args += ["--dtype", est.dtype]
+    # The dtype the operator asked for, whatever it is (a bfloat16 asked of a float16 checkpoint
+    # is not vLLM's auto); under auto, the checkpoint's own where it is not bfloat16.
+    if asked_dtype != "auto" or est.dtype not in ("auto", "bfloat16"):
+        args += ["--dtype", asked_dtype if asked_dtype != "auto" else est.dtype]
     # The declared options the estimate was made with (vllm_fleet/schema.py serve_args).
     return args + est.option_args
 

@@ -683,6 +683,7 @@ def _instance_dict(
         executor=executor,
         device_kind=kind,
         dp_local=inst[0][1] if cand.dp > 1 else None,
+        asked_dtype=wishes.dtype,
     )
     if kind == "cpu":
         # vLLM's CPU build takes the KV pool in bytes; each node's `vllm serve` passes its
