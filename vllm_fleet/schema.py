@@ -78,6 +78,9 @@ class Option:
     commands: tuple[str, ...] = ("estimate", "plan")  # vllm-fleet commands with the flag
     # With vllm_fleet_models, each model's own (the deployment-wide value does not apply to it).
     per_model: bool = False
+    # One value for the whole deployment (one vLLM release, one way to span nodes): never a key of
+    # a vllm_fleet_models entry.
+    deployment: bool = False
     metavar: str | None = None
 
 
@@ -319,6 +322,7 @@ class ServingOptions:
         "the vLLM release everywhere: image tag, venv pin, accounting",
         render="none",
         cli="--vllm-version",
+        deployment=True,
     )
 
 
@@ -333,6 +337,7 @@ class PlannerOptions(ServingOptions):
         render="none",
         cli="--allow-cross-node-tp",
         commands=("plan",),
+        deployment=True,
     )
     target_concurrency: int | None = opt(
         None,
@@ -348,7 +353,7 @@ class PlannerOptions(ServingOptions):
     multinode_backend: str = opt(
         "auto", None, "auto, ray or native: how multi-node instances run (auto: native unless Ray is available "
         "or nodes are uneven)", render="none", cli="--multinode-backend", choices=("auto", "ray", "native"),
-        commands=("plan",),
+        commands=("plan",), deployment=True,
     )  # fmt: skip
 
 

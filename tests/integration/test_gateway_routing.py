@@ -1,6 +1,6 @@
 """The gateway's routing by model with real nginx and its njs module, on this machine: the
 llm_gateway role's own templates (nginx.conf, route.js, api_key.conf) rendered by Ansible,
-the upstream files written by the role's gateway_watch.py (--once), and two local HTTP
+the upstream files written by the gateway_watch agent (--once), and two local HTTP
 servers as the replicas of two models. What the system test (test_containers_on_hosts) proves
 with vLLM on the test hosts, checked here in seconds: the body reaches the named model's
 replica intact, streaming passes through, an unknown model gets vLLM's 404, a body that is

@@ -216,7 +216,7 @@ def _unit_starts(node: str) -> dict[str, str]:
 def test_killing_the_headless_rank_restarts_the_group_as_one(native_pp: Deployment) -> None:
     gateway = f"http://{native_pp.hosts.nodes[2].address}:8080"
     head_before = _ssh("node1", f"systemctl show -p NRestarts --value {UNIT}").strip()
-    # vLLM's API server itself (the unit's reap.py and the group wrapper stay): a crashed rank.
+    # vLLM's API server itself (the unit's reap agent and the group wrapper stay): a crashed rank.
     _ssh("node2", "pkill -9 -f '^[^ ]*/bin/python[0-9.]* [^ ]*/bin/vllm serve'")
     killed = time.monotonic()
     answered = None

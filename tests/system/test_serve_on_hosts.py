@@ -368,7 +368,7 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     alert_fired = False
     with Load(gateway) as load:
         time.sleep(2)
-        # vLLM's API server: the only child of the unit's main process (vllm_server's reap.py).
+        # vLLM's API server: the only child of the unit's main process (vllm_server's reap agent).
         pid = _on(victim.name, f"pgrep -P $(systemctl show -p MainPID --value {unit})").strip()
         _on(victim.name, f"kill -STOP {pid}")
         stopped = time.monotonic()

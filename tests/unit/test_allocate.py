@@ -392,3 +392,11 @@ def test_a_model_entry_takes_any_declared_option_as_its_own() -> None:
         wishes_from_data([{"model": "Qwen/Qwen3-8B", "speculative_config": "x"}])
     with pytest.raises(PlanError, match=r"\.colour: is not a model wish; fix: .*a declared option"):
         wishes_from_data([{"model": "Qwen/Qwen3-8B", "colour": 1}])
+
+
+@pytest.mark.parametrize("key", ["vllm_version", "multinode_backend", "allow_cross_node_tp"])
+def test_a_deployment_wide_option_is_no_models_own(key: str) -> None:
+    """One vLLM release and one way to span nodes for the whole deployment: an entry that sets
+    one is refused with the inventory variable to set instead (it was planned, then dropped)."""
+    with pytest.raises(PlanError, match=rf"\.{key}: is one value for the whole deployment.*vllm_fleet_{key}"):
+        wishes_from_data([{"model": "Qwen/Qwen3-8B", key: "auto" if key == "multinode_backend" else "0.32.0"}])

@@ -1,15 +1,16 @@
 """The two watchers that run on the hosts, against real local HTTP servers whose /health answers
 200, 500, or hangs (accepts, never answers):
 
-- roles/llm_gateway/files/gateway_watch.py: up/ejected/drained with fall and rise, the upstream
+- the gateway_watch agent (vllm_fleet/agents/gateway_watch.py): up/ejected/drained with fall and rise, the upstream
   list it renders for nginx, status.json, SIGHUP to nginx's master exactly when the list changes,
   and --once (an unhealthy replica stays in rotation before nginx's first start).
-- roles/vllm_server/files/watchdog.py: a launch is watched only after its first healthy answer
+- the watchdog agent (vllm_fleet/agents/watchdog.py): a launch is watched only after its first healthy answer
   since its current start (MainPID); ``failures`` failed checks in a row kill and restart it once;
   a launch that is not running is left alone."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -760,3 +761,38 @@ def test_watchdog_restarts_a_stuck_engine_that_answers_health(
     assert systemd.calls("vllm-fleet-idle.service") == []
     assert "stuck: 1 request(s) running or waiting and no token generated for" in out, out
     assert json.loads(status.read_text())["progress"]["stuck"]["stalls"] == 1
+
+
+FAKE_DOCKER = """#!{python}
+import json, re, sys
+# docker inspect -f TEMPLATE NAME: each {{{{.A.B}}}} of TEMPLATE from the container's state file.
+state = json.load(open({state!r}))
+if sys.argv[1:2] != ["inspect"] or sys.argv[-1] not in state:
+    sys.exit(1)
+def field(match):
+    value = state[sys.argv[-1]]
+    for key in match.group(1).split("."):
+        value = value[key]
+    return str(value).lower() if isinstance(value, bool) else str(value)
+print(re.sub(r"{{{{\\.([A-Za-z.]+)}}}}", field, sys.argv[3]))
+"""
+
+
+def test_container_state_keeps_values_with_spaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Podman's StartedAt holds spaces: the watchdog's start marker and the health probe's counts
+    read each value whole (the template's fields are joined with |, not spaces)."""
+    (tmp_path / "bin").mkdir()
+    docker = tmp_path / "bin" / "docker"
+    state = tmp_path / "containers.json"
+    started = "2026-12-05 10:00:00.123456789 +0000 UTC"
+    state.write_text(json.dumps({"vllm-a": {"State": {"Running": True, "StartedAt": started, "Restarting": False},
+                                            "RestartCount": 2}}))  # fmt: skip
+    docker.write_text(FAKE_DOCKER.format(python=sys.executable, state=str(state)))
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{docker.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert wd.generation({"runtime": "container", "unit": "vllm-a"}) == started
+    assert wd.generation({"runtime": "container", "unit": "vllm-gone"}) is None
+    from vllm_fleet.agents import health
+
+    args = argparse.Namespace(runtime="container", name="vllm-a")
+    assert health.process_state(args) == (True, 2, False)

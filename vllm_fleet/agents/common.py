@@ -82,9 +82,12 @@ def unit_props(unit: str, *names: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in output(argv).splitlines() if "=" in line)
 
 
-def container_state(name: str, template: str) -> list[str]:
-    """``docker inspect -f TEMPLATE NAME`` split on spaces ([] when there is no such container)."""
-    return output(["docker", "inspect", "-f", template, name]).split()
+def container_state(name: str, *fields: str) -> list[str]:
+    """``docker inspect`` of ``fields`` (Go template expressions such as ``.State.Running``), one
+    value each ([] when there is no such container); a value may hold spaces (Podman's dates)."""
+    template = "|".join("{{" + f + "}}" for f in fields)
+    found = output(["docker", "inspect", "-f", template, name])
+    return found.split("|") if found else []
 
 
 def _stat_fields(pid: str) -> list[str]:
@@ -152,17 +155,20 @@ def kill_all(pids: list[int], signum: int = signal.SIGKILL) -> None:
             os.kill(pid, signum)
 
 
-def stop_group(group: int, grace: float, gone: Callable[[], bool] | None = None) -> None:
+def stop_group(group: int, grace: float, gone: Callable[[], bool] | None = None, *, kill_rest: bool = True) -> None:
     """SIGTERM to process group ``group``, ``grace`` seconds for ``gone()`` (default: the
-    group's leader has exited), then SIGKILL to what is left of the group."""
+    group's leader has exited), then SIGKILL to what is left of the group. With ``kill_rest``
+    false, SIGKILL only when ``gone()`` did not come in time: what the leader left finishes its
+    own shutdown (vLLM's engine cores and resource tracker free their shared memory)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGTERM)
     done = gone or (lambda: not alive(group))
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and not done():
         time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
+    if kill_rest or not done():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

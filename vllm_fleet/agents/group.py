@@ -70,7 +70,8 @@ def start_child(argv: list[str]) -> subprocess.Popen[bytes]:
 def stop_child(child: subprocess.Popen[bytes] | None, grace: float = 20.0) -> None:
     if child is None or child.poll() is not None:
         return
-    stop_group(child.pid, grace, lambda: child.poll() is not None)
+    # SIGKILL only if the rank outlives the grace; what it leaves is reaped by its supervisor.
+    stop_group(child.pid, grace, lambda: child.poll() is not None, kill_rest=False)
     child.wait()
 
 

@@ -23,7 +23,7 @@ from .common import container_state, http_ok, unit_props
 def process_state(args: argparse.Namespace) -> tuple[bool, int, bool]:
     """(running, restarts since started, waiting to be restarted)."""
     if args.runtime == "container":
-        found = container_state(args.name, "{{.State.Running}} {{.State.Restarting}} {{.RestartCount}}")
+        found = container_state(args.name, ".State.Running", ".State.Restarting", ".RestartCount")
         if len(found) != 3:
             return False, 0, False
         running, restarting, count = found

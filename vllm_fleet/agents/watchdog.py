@@ -83,7 +83,7 @@ def read_progress(url: str, timeout: float) -> tuple[float, float] | None:
 def generation(launch: dict[str, Any]) -> str | None:
     """What identifies this start of the launch (None: not running)."""
     if launch["runtime"] == "container":
-        found = container_state(launch["unit"], "{{.State.Running}} {{.State.StartedAt}}")
+        found = container_state(launch["unit"], ".State.Running", ".State.StartedAt")
         return found[1] if len(found) == 2 and found[0] == "true" else None
     props = unit_props(launch["unit"], "ActiveState", "MainPID")
     if props.get("ActiveState") != "active" or props.get("MainPID", "0") == "0":

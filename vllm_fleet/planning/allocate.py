@@ -227,6 +227,15 @@ def wish_from_dict(data: Any, index: int) -> ModelWish:
     data = dict(data)
     if "name" in data and "model" not in data:
         data["model"] = data.pop("name")
+    shared = sorted(
+        k for k in data if k not in _KEYS and k in schema.by_name() and schema.by_name()[k].option.deployment
+    )
+    if shared:
+        raise PlanError(
+            f"{where}.{shared[0]}",
+            "is one value for the whole deployment, not one model's",
+            f"set {schema.PREFIX}{shared[0]} in the inventory instead",
+        )
     unknown = sorted(set(data) - set(_KEYS) - set(schema.by_name()), key=str)
     if unknown:
         raise PlanError(
