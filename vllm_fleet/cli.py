@@ -31,6 +31,7 @@ from vllm_fleet.deploy import deployment, records
 from vllm_fleet.deploy.rayserve import serve_config
 from vllm_fleet.errors import PlanError, for_cli
 from vllm_fleet.inventory import interface
+from vllm_fleet.kube.options import FLAGS as KUBE_FLAGS
 from vllm_fleet.model.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import ALLOW_DEPRECATED, check_quantization_flag
@@ -306,6 +307,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="redraw every SECONDS (default 2) until Ctrl-C",
     )
     st.add_argument("--json", action="store_true", help="one JSON object (with --watch: one JSON line per refresh)")
+
+    kube = sub.add_parser(
+        "kubernetes",
+        help="render the plan as Kubernetes manifests (LeaderWorkerSet, Deployments, gateway, monitoring)",
+        description="Writes one YAML stream for `kubectl apply -f`: a LeaderWorkerSet per multi-node instance, a "
+        "Deployment per group of alike single-node ones, a Service per model, a NetworkPolicy, the gateway, "
+        "ServiceMonitors and a PrometheusRule. Secrets are named, never read.",
+    )
+    source = kube.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "-i", "--inventory", help="plan this inventory (its plan play, --tags plan: no host is reached)"
+    )
+    source.add_argument("--plan", type=Path, help="a plan.json (artifacts/plan.json, or `vllm-fleet plan --json`)")
+    kube.add_argument("-o", "--output", type=Path, default=None, help="write the manifests here (default stdout)")
+    for f in KUBE_FLAGS:
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            kube.add_argument(flag, action="store_true", default=None, help=f.metadata["help"])
+        elif f.name == "gpu_product":
+            kube.add_argument(flag, action="append", default=None, metavar="GPU=LABEL", help=f.metadata["help"])
+        elif f.type in ("float", float):
+            kube.add_argument(flag, type=_positive_float, default=None, help=f.metadata["help"])
+        else:
+            kube.add_argument(flag, default=None, help=f.metadata["help"])
     return parser
 
 
@@ -572,7 +597,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 # Commands whose module loads only when they run: its run_args(args) returns the exit code.
-ELSEWHERE = {"status": "vllm_fleet.ops.status"}
+ELSEWHERE = {"status": "vllm_fleet.ops.status", "kubernetes": "vllm_fleet.kube.command"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
