@@ -32,7 +32,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers docs lint up down ssh bench bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers docs lint up down ssh bench bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix collection dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -119,5 +119,14 @@ bench-scale: $(STAMP)
 bench-rerun: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/rerun.py --inventory $(INVENTORY) $(if $(RESET),--reset)
 
+# The roles, playbooks and filters as the Ansible collection vllm_fleet.core (dist/vllm_fleet-core-<version>.tar.gz).
+collection: $(STAMP)
+	$(BIN)/python -m vllm_fleet.collection build/collection
+	$(BIN)/ansible-galaxy collection build build/collection --output-path dist --force
+
+# The Python package (the planner and its CLI) as an sdist and a wheel in dist/.
+dist: $(STAMP)
+	$(BIN)/python -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) artifacts .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) artifacts build dist .mypy_cache .ruff_cache .pytest_cache

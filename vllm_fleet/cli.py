@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet import schema, tools
+from vllm_fleet import __version__, schema, tools
 from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
 from vllm_fleet.accounting.memory import estimate
@@ -199,6 +199,7 @@ def _given(args: argparse.Namespace, names: Sequence[str] | None = None) -> dict
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="vllm-fleet", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     est = sub.add_parser("estimate", help="per-GPU memory of one vLLM instance")

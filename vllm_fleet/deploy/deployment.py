@@ -22,7 +22,10 @@ import yaml
 from vllm_fleet.deploy import serve
 from vllm_fleet.errors import PlanError
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+# The roles beside the package (a checkout, the collection), else the copy of what the package
+# reads of them that the wheel carries (pyproject.toml: vllm_fleet_roles).
+_BESIDE = Path(__file__).resolve().parents[2]
+ROLES = _BESIDE / "roles" if (_BESIDE / "roles" / "vllm_server").is_dir() else _BESIDE / "vllm_fleet_roles"
 # The roles' own defaults for what the record needs of them (one place: the role).
 RAY_KEYS = ("gcs_port", "config_dir", "auth", "version", "name", "venv", "volumes", "metrics_export_port")
 LOOPBACK = "127.0.0.1"
