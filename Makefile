@@ -6,7 +6,7 @@
 #   make test-unit   the fast loop (planner unit tests)
 #   make check       lint + unit + integration, no test hosts
 #   make test-hosts  only the host stage of `make test`
-#   make test-extended  the extended checks make test leaves out (README "CI time"): the container
+#   make test-extended  the extended checks make test leaves out (docs/testing.md "CI time"): the container
 #                    test, the system tests marked extended, the harness self-test
 #   make test-containers  site.yml with the container runtime on hosts that run their own Docker Engine
 #                    (the stand-in serving image, built once per machine; about 30 min fresh)
@@ -66,7 +66,7 @@ check: lint
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -v --durations=5
 
 # CI without the extended checks (make test-extended): with them, the project's CI on two
-# cores ran past its 90 min (2026-12-03; README "CI time").
+# cores ran past its 90 min (2026-12-03; docs/testing.md "CI time").
 test: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --nodes $(NODES) --extended without
 

@@ -9,7 +9,7 @@ The extended checks (``EXTENDED``: the container test on lane "b"'s hosts, each 
 Docker Engine; the system tests marked ``extended``; the harness self-test) run with
 ``--extended with`` (the default) or alone with ``--extended only`` (``make test-extended``).
 ``make test`` runs ``--extended without``: with them, CI on two CPU-bound cores ran past
-90 min (README "CI time").
+90 min (docs/testing.md "CI time").
 
 Teardown always runs, also after a failure or Ctrl-C, unless ``--keep``.
 """
@@ -134,7 +134,7 @@ SECOND_LANE = {
 }
 
 
-# The extended checks: what ``make test`` leaves out (README "CI time") and ``make
+# The extended checks: what ``make test`` leaves out (docs/testing.md "CI time") and ``make
 # test-extended`` runs. Each repeats a path CI covers otherwise, at a price two cores cannot pay
 # inside CI's time: the container test (the group wrapper and site.yml, on the container
 # runtime), the system tests marked ``extended`` (pyproject.toml), and the harness's self-test

@@ -57,7 +57,7 @@ def debian_mirror(
 def podman_env() -> dict[str, str]:
     """CONTAINERS_CONF / CONTAINERS_STORAGE_CONF for our own Podman setup.
 
-    The fixes this machine needs (see shared/TESTING.md): runc (crun refuses hybrid
+    The fixes this machine needs (docs/testing.md): runc (crun refuses hybrid
     cgroups), cgroupfs, a file events logger, ulimits within the hard limits.
     """
     PODMAN_DIR.mkdir(parents=True, exist_ok=True)

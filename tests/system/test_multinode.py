@@ -210,7 +210,7 @@ def _unit_starts(node: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in _ssh(node, script).splitlines() if " " in line)
 
 
-# Extended (make test-extended; README "CI time"): a group restart costs a cold PP=2 start, about
+# Extended (make test-extended; docs/testing.md "CI time"): a group restart costs a cold PP=2 start, about
 # 400 s in CI; the DP=2 re-plan below restarts the same group wrapper on both ranks.
 @pytest.mark.extended
 def test_killing_the_headless_rank_restarts_the_group_as_one(native_pp: Deployment) -> None:

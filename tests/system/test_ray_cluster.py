@@ -80,7 +80,7 @@ def _node_ids(hosts: Hosts) -> dict[str, str]:
     return {m["ip"]: m["id"] for m in json.loads(probe.stdout)["members"]}
 
 
-# Extended (make test-extended; README "CI time"): three converges of a 3-node cluster, about
+# Extended (make test-extended; docs/testing.md "CI time"): three converges of a 3-node cluster, about
 # 270 s; ray_cluster's Molecule scenarios converge, restart and verify the same units in CI.
 @pytest.mark.extended
 def test_a_changed_setting_restarts_only_what_it_affects(test_hosts: Hosts, tmp_path: Path) -> None:

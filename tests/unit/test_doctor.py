@@ -1,4 +1,4 @@
-"""vllm-fleet doctor: each failure mode of FIELD_NOTES.md that the bundle can show, and the CLI's exit codes."""
+"""vllm-fleet doctor: each known failure mode that the bundle can show, and the CLI's exit codes."""
 
 from __future__ import annotations
 

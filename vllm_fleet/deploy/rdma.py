@@ -28,7 +28,7 @@ the variables are listed at https://docs.nvidia.com/deeplearning/nccl/user-guide
 
 RDMA in a container needs the capability IPC_LOCK (NCCL registers, i.e. pins, its buffers),
 the device folder /dev/infiniband (the verbs devices) and unlimited locked memory
-(FIELD_NOTES 12: "ncclCommInitRank unhandled system error" otherwise). Only nodes with
+("ncclCommInitRank unhandled system error" otherwise). Only nodes with
 RDMA get them: elsewhere the containers keep the Docker daemon's default ulimits (the
 docker role's default-ulimits), which machines that cannot raise memlock rely on.
 """

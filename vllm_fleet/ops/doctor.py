@@ -1,4 +1,4 @@
-"""``vllm-fleet doctor``: the failures of FIELD_NOTES.md that can be seen before serving.
+"""``vllm-fleet doctor``: the known failure modes of these deployments that can be seen before serving.
 
 The doctor playbook (playbooks/doctor.yml) gathers one JSON *bundle* from every node (facts from
 the gpu_facts role, the NVSwitches and their fabric manager, Docker, the serving image, the model
@@ -34,7 +34,7 @@ from typing import Any
 from vllm_fleet.deploy.deployment import overlay
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
-MIN_SHM_BYTES = 1 << 30  # Docker's 64 MB default breaks vLLM's shared-memory broadcast (FIELD_NOTES 6)
+MIN_SHM_BYTES = 1 << 30  # Docker's 64 MB default breaks vLLM's shared-memory broadcast
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def check_driver_cuda(nodes: dict[str, dict[str, Any]]) -> Check:
 
 def check_fabric_manager(nodes: dict[str, dict[str, Any]]) -> Check:
     """NVSwitch boards (HGX/DGX) initialise CUDA only while nvidia-fabricmanager of the loaded driver's
-    exact version runs (FIELD_NOTES: "system not yet initialized" otherwise)."""
+    exact version runs (NVML's "system not yet initialized" otherwise)."""
     switched = {n: node for n, node in _gpu_nodes(nodes).items() if (node.get("fabric") or {}).get("nvswitches")}
     if not switched:
         return Check("fabric manager", SKIP, "no node has NVSwitches: no fabric manager needed")
@@ -340,7 +340,8 @@ def check_model(bundle: dict[str, Any]) -> Check:
 
 
 def check_addresses(bundle: dict[str, Any]) -> Check:
-    """Ray's node IP and VLLM_HOST_IP must be the address that routes to the head (FIELD_NOTES 1, 2)."""
+    """Ray's node IP and VLLM_HOST_IP must be the address that routes to the head (else
+    NCCL and Gloo connect over the wrong interface, or Ray registers an unreachable node)."""
     wrong = []
     for name, node in bundle["nodes"].items():
         route = (node.get("facts") or {}).get("route_to_head") or {}
