@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import functools
 import gzip
+import http.server
 import json
-import os
 import re
 import shutil
+import socket
 import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +172,7 @@ def test_native_multinode_is_a_leader_worker_set_with_lws_addresses() -> None:
     assert _flag(leader["args"], "--node-rank") == "0" and "--headless" not in leader["args"]
     assert _flag(worker["args"], "--node-rank") == "$(LWS_WORKER_INDEX)" and worker["args"][-1] == "--headless"
     assert _flag(worker["args"], "--master-addr") == "$(LWS_LEADER_ADDRESS)"
+    assert _flag(leader["args"], "--master-addr") == "$(POD_IP)"  # its own DNS record may not resolve yet
     # The model from the claim, read-only, under the pod's path.
     assert leader["args"][1] == "/models/Llama-3.1-405B-Instruct"
     assert {"persistentVolumeClaim": {"claimName": "models", "readOnly": True}}.items() <= next(
@@ -206,7 +212,8 @@ def test_dp_ranks_start_at_the_worker_index_times_its_local_ranks() -> None:
     validate(objects)
     tmpl = _by_kind(objects, "LeaderWorkerSet")[0]["spec"]["leaderWorkerTemplate"]
     leader, worker = _vllm(tmpl["leaderTemplate"]["spec"]), _vllm(tmpl["workerTemplate"]["spec"])
-    assert leader["command"] == ["vllm"] and _flag(leader["args"], "--data-parallel-address") == "$(LWS_LEADER_ADDRESS)"
+    assert leader["command"] == ["vllm"] and _flag(leader["args"], "--data-parallel-address") == "$(POD_IP)"
+    assert _flag(worker["args"], "--data-parallel-address") == "$(LWS_LEADER_ADDRESS)"
     assert "--data-parallel-start-rank" not in worker["args"] and "--headless" in worker["args"]
     # $$ is Kubernetes' escape: the shell sees $((LWS_WORKER_INDEX * 8)).
     assert worker["command"][:3] == [
@@ -303,13 +310,12 @@ def test_the_cli_writes_the_stream_and_refuses_bad_input(tmp_path: Path, capsys:
     plan = tmp_path / "plan.json"
     plan.write_text(_multinode("native"))
     out = tmp_path / "k8s.yaml"
-    os.environ["VLLM_API_KEY"] = "sk-must-not-appear"
-    try:
-        assert cli.main(["kubernetes", "--plan", str(plan), "-o", str(out), "--api-key-secret", "vllm:key"]) == 0
-    finally:
-        del os.environ["VLLM_API_KEY"]
+    assert cli.main(["kubernetes", "--plan", str(plan), "-o", str(out), "--api-key-secret", "vllm:key"]) == 0
     text = out.read_text()
-    assert "sk-must-not-appear" not in text and "kind: LeaderWorkerSet" in text
+    leader = _vllm(
+        next(yaml.safe_load_all(text.split("---", 2)[2]))["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    )
+    assert _env(leader)["VLLM_API_KEY"] == {"secretKeyRef": {"name": "vllm", "key": "key"}}
     assert [o["kind"] for o in yaml.safe_load_all(text)][:2] == ["Namespace", "LeaderWorkerSet"]
     assert "1 LeaderWorkerSet" in capsys.readouterr().err
     for argv, message in [
@@ -337,7 +343,8 @@ def test_a_model_folder_here_needs_a_volume(tiny_model: Path) -> None:
     objects, notes = manifests(plan, KubeOptions(image="vllm-cpu:0.32.0", model_host_path="/srv/models/tiny"))
     validate(objects)
     c = _vllm(_by_kind(objects, "Deployment")[0]["spec"]["template"]["spec"])
-    assert c["resources"] == {} and _env(c)["VLLM_TARGET_DEVICE"] == "cpu"
+    assert "limits" not in c["resources"] and _env(c)["VLLM_TARGET_DEVICE"] == "cpu"
+    assert c["args"][1] == "/models/" + tiny_model.name  # the host folder holds one folder per model
     assert any("VLLM_CPU_OMP_THREADS_BIND" in n for n in notes)
 
 
@@ -345,6 +352,129 @@ def test_yaml_stream_has_no_aliases() -> None:
     objects, _ = manifests(json.loads(_multinode("native")), KubeOptions())
     text = to_yaml(objects)
     assert "&id" not in text and "*id" not in text
+
+
+def test_an_inventorys_serve_options_reach_the_pods_and_its_secrets_do_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-i: the inventory's serving options (not in a plan file) are in the argv and env, as on the
+    Ansible path; its API key (here in plain text) is nowhere; a secret in extra_env is refused."""
+    inv = tmp_path / "inv"
+    shutil.copytree(ROOT / "inventories/example-2x8xa800", inv)
+    extra = {
+        "vllm_fleet_api_key": "sk-must-not-appear",
+        "vllm_fleet_trust_remote_code": True,
+        "vllm_fleet_reasoning_parser": "deepseek_r1",
+        "vllm_fleet_extra_args": ["--seed", "7"],
+        "vllm_fleet_extra_env": {"VLLM_LOGGING_LEVEL": "DEBUG"},
+    }
+    with (inv / "group_vars/all.yml").open("a") as f:
+        f.write(yaml.safe_dump(extra))
+    out = tmp_path / "k8s.yaml"
+    assert cli.main(["kubernetes", "-i", str(inv), "-o", str(out), "--api-key-secret", "vllm"]) == 0
+    text = out.read_text()
+    assert "sk-must-not-appear" not in text and "sk-must-not-appear" not in capsys.readouterr().err
+    (lws,) = _by_kind(list(yaml.safe_load_all(text)), "LeaderWorkerSet")
+    for part in ("leaderTemplate", "workerTemplate"):
+        c = _vllm(lws["spec"]["leaderWorkerTemplate"][part]["spec"])
+        assert {"--trust-remote-code", "--reasoning-parser", "deepseek_r1", "--seed", "7"} <= set(c["args"])
+        assert _env(c)["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    with (inv / "group_vars/all.yml").open("a") as f:
+        f.write(
+            yaml.safe_dump({"vllm_fleet_extra_env": {"OPENAI_API_KEY": "sk-x"}}).replace(
+                "vllm_fleet_extra_env", "x_unused"
+            )
+        )
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars/a800-1.yml").write_text(yaml.safe_dump({"vllm_fleet_extra_env": {"OPENAI_API_KEY": "sk-x"}}))
+    assert cli.main(["kubernetes", "-i", str(inv)]) == 2
+    assert "vllm_fleet_extra_env of a800-1: OPENAI_API_KEY looks like a secret" in capsys.readouterr().err
+
+
+def test_rdma_pods_get_the_device_and_keep_nccl_on_it() -> None:
+    objects, _ = manifests(json.loads(_multinode("native")), KubeOptions(rdma_resource="rdma/ib=1"))
+    validate(objects)
+    tmpl = _by_kind(objects, "LeaderWorkerSet")[0]["spec"]["leaderWorkerTemplate"]
+    for part in ("leaderTemplate", "workerTemplate"):
+        c = _vllm(tmpl[part]["spec"])
+        assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "1"}
+        assert c["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+        assert "NCCL_IB_DISABLE" not in _env(c)
+    objects, _ = manifests(json.loads(_multinode("native")), KubeOptions())
+    leader = _vllm(_by_kind(objects, "LeaderWorkerSet")[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"])
+    assert _env(leader)["NCCL_IB_DISABLE"] == "1"  # no RDMA device: sockets
+
+
+def test_names_are_unique_stable_and_prefixed() -> None:
+    nodes = [{"name": "s", "gpu": "H100-SXM", "gpu_count": 1}, {"name": "p", "gpu": "H100-PCIe", "gpu_count": 1}]
+    model = "mistralai/Mistral-Small-3.1-24B-Instruct-2503"
+    plan = plan_cluster(load_model(model), cluster_from_data({"nodes": nodes}), Wishes(max_model_len=8192))
+    first, _ = manifests(plan, KubeOptions(name="prod"))
+    again, _ = manifests(plan, KubeOptions(name="prod"))
+    deployments = [
+        d["metadata"]["name"] for d in _by_kind(first, "Deployment") if "gateway" not in d["metadata"]["name"]
+    ]
+    assert len(deployments) == 2 and len(set(deployments)) == 2
+    assert all(n.startswith("prod-") and len(n) <= 45 for n in deployments)
+    assert first == again
+    dep = _by_kind(first, "Deployment")[0]
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}  # no GPU is spare
+    (lws,) = _by_kind(manifests(json.loads(_multinode("native")), KubeOptions(name="prod"))[0], "LeaderWorkerSet")
+    assert lws["metadata"]["name"].startswith("prod-llama-3-1-405b-instruct-0-")
+
+
+def test_the_gateway_passes_the_api_paths_only(tmp_path: Path) -> None:
+    """nginx with the rendered config, in front of a stand-in for the model's Service: /v1 reaches
+    it, /health too; /invocations and /metrics (vLLM checks no key there) stop at the gateway."""
+    nginx = shutil.which("nginx")
+    if nginx is None:
+        pytest.skip("nginx is not installed")
+    seen: list[str] = []
+
+    class Model(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    model = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conf = nginx_conf([("m", "svc-m")], "ns").replace("svc-m.ns.svc:8000", f"127.0.0.1:{model.server_port}")
+    conf = conf.replace("listen 8080;", f"listen 127.0.0.1:{port};")
+    conf = conf.replace("events {", f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{")
+    conf = conf.replace("http {", f"http {{\n    access_log off;\n    client_body_temp_path {tmp_path};", 1)
+    (tmp_path / "nginx.conf").write_text(conf)
+    server = subprocess.Popen([nginx, "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "err.log"),
+                               "-g", "daemon off;"])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        codes: dict[str, int] = {}
+        for path in ("/vllm-fleet-gateway-ready", "/v1/models", "/health", "/invocations", "/metrics"):
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+                        codes[path] = reply.status
+                    break
+                except urllib.error.HTTPError as err:
+                    codes[path] = err.code
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "nginx did not start"
+                    time.sleep(0.1)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        model.shutdown()
+    assert codes == {"/vllm-fleet-gateway-ready": 200, "/v1/models": 200, "/health": 200, "/invocations": 404,
+                     "/metrics": 404}  # fmt: skip
+    assert seen == ["/v1/models", "/health"]
 
 
 def test_an_inventory_is_planned_without_reaching_a_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

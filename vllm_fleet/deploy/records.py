@@ -49,7 +49,7 @@ from vllm_fleet.errors import PlanError
 _SERVER_KEYS = ("venv", "state_dir", "config_dir")
 SESSION_DIR = "/var/lib/vllm-fleet/ray-session"
 # Serving options the launches take from the settings (vllm_fleet/deploy/serve.py ServeOptions).
-_SERVE_KEYS = (
+SERVE_KEYS = (
     "master_port", "dp_rpc_port", "enable_chunked_prefill", "trust_remote_code",
     "tool_call_parser", "reasoning_parser", "extra_args", "extra_env",
 )  # fmt: skip
@@ -326,7 +326,7 @@ def node_record(
             ray["status_argv"] = [f"{ray['venv']}/bin/ray", "status", "--address", ray["gcs_address"]]
             ray["status_env"] = env
 
-    options: dict[str, Any] = {k: settings.get(k) for k in _SERVE_KEYS}
+    options: dict[str, Any] = {k: settings.get(k) for k in SERVE_KEYS}
     options["ray_port"] = ray_vars["gcs_port"]
     options["cpu_cores"] = settings.get("cpu_cores") or ctx.get("detected_cores")
     several = bool(plan.get("models"))

@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet import tools
+from vllm_fleet.deploy.records import SERVE_KEYS
 from vllm_fleet.errors import PlanError
+from vllm_fleet.inventory import interface
+from vllm_fleet.inventory.interface import PREFIX
 from vllm_fleet.kube.manifests import manifests, to_yaml
 from vllm_fleet.kube.options import FLAGS, KubeOptions
 
@@ -79,6 +82,24 @@ def plan_from_inventory(inventory: str) -> dict[str, Any]:
         return read_plan(path, "--inventory")
 
 
+def serve_options(inventory: str, nodes: list[str]) -> dict[str, dict[str, Any]]:
+    """Each plan node's serving options (trust_remote_code, the parsers, extra_args, extra_env, ...)
+    as its inventory sets them, typed and defaulted as the Ansible path reads them."""
+    argv = [tools.tool("ansible-inventory", "--inventory"), "-i", tools.inventory(inventory), "--list"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PlanError("--inventory", f"ansible-inventory failed (exit {done.returncode}): {last}", "check the path")
+    hostvars = dict((json.loads(done.stdout).get("_meta") or {}).get("hostvars") or {})
+    wanted = {f"{PREFIX}{k}" for k in SERVE_KEYS}
+    out = {}
+    for node in nodes:
+        raw = {k: v for k, v in dict(hostvars.get(node) or {}).items() if k in wanted}
+        settings = interface.resolve(raw)
+        out[node] = {k: settings.get(k) for k in SERVE_KEYS}
+    return out
+
+
 def options_from(args: argparse.Namespace) -> KubeOptions:
     given = {f.name: getattr(args, f.name) for f in FLAGS if getattr(args, f.name, None) is not None}
     if "gpu_product" in given:
@@ -89,7 +110,8 @@ def options_from(args: argparse.Namespace) -> KubeOptions:
 def run_args(args: argparse.Namespace) -> int:
     opts = options_from(args)
     plan = plan_from_inventory(args.inventory) if args.inventory else read_plan(args.plan, "--plan")
-    objects, notes = manifests(plan, opts)
+    given = serve_options(args.inventory, [str(n["name"]) for n in plan.get("nodes") or []]) if args.inventory else None
+    objects, notes = manifests(plan, opts, given)
     source = args.inventory or str(args.plan)
     header = f"# vllm-fleet {plan.get('summary') or ''}\n# rendered by `vllm-fleet kubernetes` from {source}\n"
     text = to_yaml(objects, header)

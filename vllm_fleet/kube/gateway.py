@@ -17,6 +17,7 @@ from vllm_fleet.kube.workloads import PART_OF, labels
 GATEWAY_PORT = 8080
 EXPORTER_PORT = 9113
 STATUS_PATH = "/vllm-fleet-nginx-status"
+READY_PATH = "/vllm-fleet-gateway-ready"
 ROUTE_JS = ROLES / "llm_gateway" / "templates" / "route.js.j2"
 _PROXY = """            proxy_buffering off;
             proxy_cache off;"""
@@ -56,7 +57,7 @@ def nginx_conf(routes: list[tuple[str, str]], namespace: str) -> str:
             js_content vllm_fleet.models;
         }
 
-        location / {
+        location ~ ^/(v1|v2|inference|cohere)/ {
             js_content vllm_fleet.route;
         }
 """
@@ -74,7 +75,7 @@ def nginx_conf(routes: list[tuple[str, str]], namespace: str) -> str:
         }}
 """
     else:
-        locations = f"""        location / {{
+        locations = f"""        location ~ ^/(v1|v2|inference|cohere)/ {{
 {_PROXY}
             proxy_pass http://vllm_fleet_model_0;
         }}
@@ -114,8 +115,21 @@ http {{
             deny all;
         }}
 
+        # The gateway's own readiness: nginx answers, whatever the models behind it do.
+        location = {READY_PATH} {{
+            access_log off;
+            return 200 "ok\\n";
+        }}
+
         location = /health {{
             proxy_pass http://vllm_fleet_model_0/health;
+        }}
+
+        # The API paths vLLM checks a key on (its middleware: /v1, /v2, /inference, /cohere), and
+        # nothing else: /invocations, /metrics and vLLM's admin paths would pass without a key.
+        location / {{
+            default_type application/json;
+            return 404 '{{"error": "not served by the gateway (the API is under /v1)"}}\\n';
         }}
 
 {locations}    }}
@@ -132,7 +146,7 @@ def gateway(routes: list[tuple[str, str]], opts: KubeOptions) -> list[dict[str, 
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     lab = labels(opts, "gateway")
     meta = {"name": name, "namespace": opts.namespace, "labels": lab}
-    health = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10}
+    ready = {"httpGet": {"path": READY_PATH, "port": "http"}, "periodSeconds": 10}
     mounts = [{"name": "config", "mountPath": "/etc/nginx/nginx.conf", "subPath": "nginx.conf", "readOnly": True}]
     if len(routes) > 1:
         mounts.append({"name": "config", "mountPath": "/etc/nginx/vllm-fleet/route.js", "subPath": "route.js",
@@ -142,7 +156,7 @@ def gateway(routes: list[tuple[str, str]], opts: KubeOptions) -> list[dict[str, 
         "image": opts.gateway_image,
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT}],
         "volumeMounts": mounts,
-        "readinessProbe": health,
+        "readinessProbe": ready,
         # nginx itself, not the models behind it: a model's outage must not restart the gateway.
         "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 20},
     }

@@ -61,10 +61,18 @@ class KubeOptions:
         default=None, metadata={"help": "serving image (default vllm/vllm-openai:v<the plan's release>)"}
     )
     model_pvc: str | None = field(
-        default=None, metadata={"help": "PersistentVolumeClaim holding the model folder (mounted read-only)"}
+        default=None,
+        metadata={
+            "help": "PersistentVolumeClaim holding one folder per model, named as the model's last path part "
+            "(mounted read-only at /models)"
+        },
     )
     model_host_path: str | None = field(
-        default=None, metadata={"help": "the model folder's path on every node (a hostPath, read-only)"}
+        default=None,
+        metadata={
+            "help": "a folder on every node holding one folder per model, named as the model's last path part "
+            "(a hostPath, mounted read-only at /models)"
+        },
     )
     api_key_secret: str | None = field(
         default=None, metadata={"help": "Secret NAME[:KEY] (key default api-key) whose value vLLM takes as its API key"}

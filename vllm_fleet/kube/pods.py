@@ -22,6 +22,7 @@ RAY_PORT = 6379
 MODEL_MOUNT = "/models"
 HF_CACHE = "/root/.cache/huggingface"
 LEADER = "$(LWS_LEADER_ADDRESS)"
+POD_IP = "$(POD_IP)"  # the leader's own address: resolving its own DNS record races its start
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 # Set by the node or the plan's host, not by a pod: the device plugin picks the GPUs,
 # the pod's own interface is eth0, Ray's address is the pod's.
@@ -33,6 +34,10 @@ PROBE_PERIOD_S = 10
 # /dev/shm per local GPU rank (NCCL's shared-memory transport, vLLM's broadcast queues):
 # LeaderWorkerSet's vLLM example gives 15 GiB to 8 GPUs.
 SHM_GIB_PER_RANK = 2
+# What a vLLM pod requests beside its GPUs (an assumption, not planned): the API server, the
+# tokenizer and a worker per GPU rank on the CPUs, and host memory for loading and pinned buffers.
+CPU_PER_RANK = 2
+HOST_GIB = 8
 
 # The Ray executor's pods (a fixed script: the argv arrives as "$@", never inside it).
 RAY_LEADER = (
@@ -43,9 +48,13 @@ RAY_LEADER = (
     'while sum(1 for n in ray.nodes() if n["Alive"]) < want:\n'
     '    print("waiting for", want, "Ray nodes", flush=True); time.sleep(5)\' && exec "$@"'
 )
+# A worker waits for the head, then becomes its raylet: when Ray fails, the container exits and
+# LeaderWorkerSet recreates the group (no retry loop hides it).
 RAY_WORKER = (
-    'until ray start --address="${{LWS_LEADER_ADDRESS}}:{port}" --node-ip-address="${{POD_IP}}" '
-    "--num-gpus={gpus} --disable-usage-stats --block; do echo waiting for the Ray head; sleep 5; done"
+    'until ray health-check --address="${{LWS_LEADER_ADDRESS}}:{port}" >/dev/null 2>&1; '
+    "do echo waiting for the Ray head; sleep 5; done; "
+    'exec ray start --address="${{LWS_LEADER_ADDRESS}}:{port}" --node-ip-address="${{POD_IP}}" '
+    "--num-gpus={gpus} --disable-usage-stats --block"
 )
 # A DP worker's first rank: its index times its local ranks ($$ is Kubernetes' escape for $).
 DP_WORKER = 'exec "$@" --data-parallel-start-rank "$$((LWS_WORKER_INDEX * {local}))"'
@@ -84,9 +93,10 @@ def _pop(args: list[str], flag: str) -> tuple[list[str], str | None]:
     return args[:i] + args[i + 2 :], args[i + 1]
 
 
-def part_of(inst: dict[str, Any], launch: dict[str, Any] | None, node: str, gpu: str) -> Part:
+def part_of(inst: dict[str, Any], launch: dict[str, Any] | None, node: str, gpu: str, rdma: bool = False) -> Part:
     """The pod template of ``inst``'s part on ``node`` (whose GPU is ``gpu``); ``launch`` is that
-    node's planned launch (None: a Ray worker, which runs no vllm serve of its own)."""
+    node's planned launch (None: a Ray worker, which runs no vllm serve of its own). ``rdma``: the
+    pods get an RDMA device (NCCL finds it), else a group's NCCL uses sockets."""
     stages = [s for s in inst["stages"] if s["node"] == node]
     nodes = list(dict.fromkeys(s["node"] for s in inst["stages"]))
     rank = nodes.index(node)
@@ -99,15 +109,17 @@ def part_of(inst: dict[str, Any], launch: dict[str, Any] | None, node: str, gpu:
     fields_ = ["POD_IP", "VLLM_HOST_IP"] if len(nodes) > 1 else []
     if launch is None:  # a Ray worker node
         script = RAY_WORKER.format(port=RAY_PORT, gpus=gpus)
-        return Part(role, [], ["/bin/sh", "-c", script], {}, gpus, gpu, device, False, weights, fields_)
+        env0 = {} if rdma else {"NCCL_IB_DISABLE": "1"}
+        return Part(role, [], ["/bin/sh", "-c", script], env0, gpus, gpu, device, False, weights, fields_)
     args = list(launch["argv"][1:])  # "serve", the model, flags ("vllm" is the command)
     args = _set(_set(args, "--host", "0.0.0.0"), "--port", str(PORT))
     env = {k: v for k, v in dict(launch["env"]).items() if k not in _DROPPED_ENV}
     command = ["vllm"]
     if executor == "native":
-        args = _set(_set(args, "--master-addr", LEADER), "--node-rank", "0" if rank == 0 else WORKER_INDEX)
+        args = _set(args, "--master-addr", POD_IP if rank == 0 else LEADER)
+        args = _set(args, "--node-rank", "0" if rank == 0 else WORKER_INDEX)
     elif executor == "dp":
-        args = _set(args, "--data-parallel-address", LEADER)
+        args = _set(args, "--data-parallel-address", POD_IP if rank == 0 else LEADER)
         if rank > 0:
             args, start = _pop(args, "--data-parallel-start-rank")
             if start is None or int(start) != rank * gpus:
@@ -120,7 +132,7 @@ def part_of(inst: dict[str, Any], launch: dict[str, Any] | None, node: str, gpu:
     elif executor == "ray":
         command = ["/bin/sh", "-c", RAY_LEADER.format(port=RAY_PORT, gpus=gpus), "vllm", "vllm"]
         env["RAY_ADDRESS"] = f"$(POD_IP):{RAY_PORT}"
-    if len(nodes) > 1:
+    if len(nodes) > 1 and not rdma:
         env.setdefault("NCCL_IB_DISABLE", "1")
     return Part(role, args, command, env, gpus, gpu, device, rank == 0, weights, fields_)
 

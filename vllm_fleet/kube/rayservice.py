@@ -14,7 +14,9 @@ from vllm_fleet.deploy.rayserve import RAY_VERSION, serve_config
 from vllm_fleet.errors import PlanError
 from vllm_fleet.kube.options import PRODUCT_LABEL, KubeOptions
 from vllm_fleet.kube.pods import HF_CACHE
-from vllm_fleet.kube.workloads import labels, slug
+from vllm_fleet.kube.workloads import PART_OF, labels, slug
+
+SERVE_PORT = 8000
 
 
 def _env(opts: KubeOptions) -> list[dict[str, Any]]:
@@ -23,12 +25,44 @@ def _env(opts: KubeOptions) -> list[dict[str, Any]]:
     return [{"name": "HF_TOKEN", "valueFrom": KubeOptions.secret_ref(opts.hf_token_secret, "token")}]
 
 
+POD_LABELS = {"app.kubernetes.io/component": "ray-serve"}
+
+
+def network_policy(opts: KubeOptions) -> dict[str, Any]:
+    """The Ray pods reach each other on every port (GCS, raylets, object store); from elsewhere in
+    the namespace only Serve's port: the dashboard and the GCS accept jobs, that is, code."""
+    mine = {PART_OF: opts.name, **POD_LABELS}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"{opts.name}-ray-serve",
+            "namespace": opts.namespace,
+            "labels": labels(opts, "ray-serve"),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": mine},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": mine}}]},
+                {"from": [{"podSelector": {}}], "ports": [{"port": SERVE_PORT, "protocol": "TCP"}]},
+            ],
+        },
+    }
+
+
 def ray_service(plan: dict[str, Any], opts: KubeOptions) -> tuple[dict[str, Any], list[str]]:
     if not opts.ray_image:
         raise PlanError(
             "--ray-image",
             "a RayService needs a Ray image with ray[serve,llm] and vLLM",
             f"pass --ray-image (e.g. a rayproject/ray-llm image of Ray {RAY_VERSION})",
+        )
+    if opts.api_key_secret:
+        raise PlanError(
+            "--api-key-secret",
+            "Ray Serve LLM's OpenAI app takes no vLLM API key: the key would be dropped",
+            "put an authenticating proxy in front of the Serve Service, and drop --api-key-secret",
         )
     if opts.model_pvc or opts.model_host_path:
         raise PlanError(
@@ -68,12 +102,13 @@ def ray_service(plan: dict[str, Any], opts: KubeOptions) -> tuple[dict[str, Any]
                 "minReplicas": nodes,
                 "maxReplicas": nodes,
                 "rayStartParams": {},
-                "template": {"spec": spec},
+                "template": {"metadata": {"labels": {PART_OF: opts.name, **POD_LABELS}}, "spec": spec},
             }
         )
     head = {
         "rayStartParams": {"num-gpus": "0"},
         "template": {
+            "metadata": {"labels": {PART_OF: opts.name, **POD_LABELS}},
             "spec": {
                 "containers": [
                     {
@@ -83,13 +118,13 @@ def ray_service(plan: dict[str, Any], opts: KubeOptions) -> tuple[dict[str, Any]
                         "ports": [
                             {"name": "gcs", "containerPort": 6379},
                             {"name": "dashboard", "containerPort": 8265},
-                            {"name": "serve", "containerPort": 8000},
+                            {"name": "serve", "containerPort": SERVE_PORT},
                         ],
                         "volumeMounts": cache,
                     }
                 ],
                 "volumes": volumes[:1],
-            }
+            },
         },
     }
     service = {

@@ -1,18 +1,34 @@
 """The serving workloads: a Deployment per group of alike single-node instances, a
 LeaderWorkerSet per multi-node instance (group size = its nodes, restarted as one), a
-Service per model over the pods that answer HTTP, and a NetworkPolicy that lets only the
-gateway, the group's own pods and Prometheus reach them."""
+Service per model over the pods that answer HTTP, and NetworkPolicies that let only the
+gateway and Prometheus reach vLLM's port, and a group's pods reach each other.
+
+Names are stable across re-plans and unique: a readable part and a short hash of what makes
+the object itself (a Deployment's model, GPU and arguments; a LeaderWorkerSet's instance)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from vllm_fleet.deploy import serve
 from vllm_fleet.deploy.deployment import instance_served_name
 from vllm_fleet.errors import PlanError
 from vllm_fleet.kube.options import GPU_RESOURCE, PRODUCT_LABEL, KubeOptions
-from vllm_fleet.kube.pods import HF_CACHE, MODEL_MOUNT, PORT, PROBE_PERIOD_S, Part, part_of, shm_gib, startup_failures
+from vllm_fleet.kube.pods import (
+    CPU_PER_RANK,
+    HF_CACHE,
+    HOST_GIB,
+    MODEL_MOUNT,
+    PORT,
+    PROBE_PERIOD_S,
+    Part,
+    part_of,
+    shm_gib,
+    startup_failures,
+)
 
 PART_OF = "app.kubernetes.io/part-of"
 COMPONENT = "app.kubernetes.io/component"
@@ -28,6 +44,17 @@ def slug(text: str, limit: int = 40) -> str:
     return out[:limit].rstrip("-") or "m"
 
 
+def name_of(*parts: str, key: str = "", limit: int = 45) -> str:
+    """A DNS label: the readable ``parts`` cut to fit, then a hash of ``key`` (or of the parts)
+    so that two objects whose readable parts agree still differ."""
+    digest = hashlib.sha256((key or "/".join(parts)).encode()).hexdigest()[:6]
+    return f"{slug('-'.join(parts), limit - 7)}-{digest}"
+
+
+# A variable that holds a secret must come from a Secret: a manifest holds env values in plain text.
+_SECRET_ENV = re.compile(r"(TOKEN|API_KEY|_KEY|PASSWORD|SECRET)$")
+
+
 def labels(opts: KubeOptions, component: str, **extra: str) -> dict[str, str]:
     return {PART_OF: opts.name, COMPONENT: component, **extra}
 
@@ -36,6 +63,7 @@ def model_path(inst: dict[str, Any], opts: KubeOptions) -> str | None:
     """The model's path in the pod (the volume's mount), or None: vLLM fetches the Hub name."""
     model = str(inst.get("model") or inst["vllm_args"][1])
     if opts.model_pvc or opts.model_host_path:
+        # The volume holds one folder per model, named as the model's last path part.
         return f"{MODEL_MOUNT}/{model.rstrip('/').rsplit('/', 1)[-1]}"
     if model.startswith("/") or model.startswith("."):
         raise PlanError(
@@ -46,16 +74,35 @@ def model_path(inst: dict[str, Any], opts: KubeOptions) -> str | None:
     return None
 
 
-def parts_of(inst: dict[str, Any], opts: KubeOptions, gpus: dict[str, str]) -> list[Part]:
-    """Every node's pod template of ``inst`` (leader first), from its planned launches;
-    ``gpus``: each plan node's GPU."""
+def serve_options(node: str, given: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
+    """``node``'s serving options (vllm_fleet/deploy/serve.py ServeOptions: trust_remote_code, the
+    parsers, extra_args, extra_env, ...), as its inventory gives them; none from a bare plan."""
+    mine = {k: v for k, v in dict((given or {}).get(node) or {}).items() if v is not None}
+    for name in dict(mine.get("extra_env") or {}):
+        if _SECRET_ENV.search(str(name).upper()):
+            raise PlanError(
+                f"vllm_fleet_extra_env of {node}",
+                f"{name} looks like a secret, and a manifest holds environment values in plain text",
+                "give it through a Secret (--api-key-secret, --hf-token-secret), not vllm_fleet_extra_env",
+            )
+    return mine
+
+
+def parts_of(
+    inst: dict[str, Any], opts: KubeOptions, gpus: dict[str, str], given: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[Part]:
+    """Every node's pod template of ``inst`` (leader first), from its planned launches with the
+    node's serving options (``given``, per node); ``gpus``: each plan node's GPU."""
     nodes = list(dict.fromkeys(s["node"] for s in inst["stages"]))
     path = model_path(inst, opts)
-    options = {"model": path} if path else {}
     out = []
     for node in nodes:
+        options = serve_options(node, given)
+        if path:
+            options["model"] = path
         mine = serve.launches([inst], node, options)
-        out.append(part_of(inst, mine[0] if mine else None, node, gpus.get(node) or str(inst.get("gpu") or "")))
+        gpu = gpus.get(node) or str(inst.get("gpu") or "")
+        out.append(part_of(inst, mine[0] if mine else None, node, gpu, rdma=opts.rdma() is not None))
     return out
 
 
@@ -89,13 +136,15 @@ def container(part: Part, opts: KubeOptions, version: str, probes: bool) -> dict
     rdma = opts.rdma()
     if rdma and part.device != "cpu":
         limits[rdma[0]] = str(rdma[1])
+    # Requested, so the pod is not the first evicted: vLLM's host process and the memory-backed /dev/shm.
+    requests = {"cpu": str(CPU_PER_RANK * max(1, part.gpus)), "memory": f"{shm_gib(part) + HOST_GIB}Gi"}
     out: dict[str, Any] = {
         "name": "vllm",
         "image": opts.image or f"vllm/vllm-openai:v{version}",
         "command": part.command,
         "args": part.args,
         "env": env,
-        "resources": {"limits": limits} if limits else {},
+        "resources": {"requests": requests, **({"limits": limits} if limits else {})},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, _model_mount(opts)],
     }
     if rdma:
@@ -103,7 +152,7 @@ def container(part: Part, opts: KubeOptions, version: str, probes: bool) -> dict
     if part.serves:
         out["ports"] = [{"name": "http", "containerPort": PORT}]
     if probes and part.serves:
-        health = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S}
+        health = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 5}
         out["startupProbe"] = {**health, "failureThreshold": startup_failures(part, opts.load_gib_per_s)}
         out["readinessProbe"] = {**health, "failureThreshold": 3}
         out["livenessProbe"] = {**health, "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 5}
@@ -153,8 +202,8 @@ def deployment(name: str, parts: list[Part], replicas: int, model: str, opts: Ku
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {PART_OF: opts.name, WORKLOAD_LABEL: name}},
-            # One replica at a time, a new one up before an old one goes (GPUs permitting).
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            # One replica at a time, replaced in place: the plan uses the GPUs a surge pod would need.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec(parts[0], opts, version, mixed)},
         },
     }
@@ -198,12 +247,17 @@ def leader_worker_set(name: str, parts: list[Part], model: str, opts: KubeOption
     }
 
 
+def service_name(model: str, opts: KubeOptions) -> str:
+    plain = f"{opts.name}-{model}"
+    return plain if len(plain) <= 63 else name_of(opts.name, model, limit=63)
+
+
 def service(model: str, opts: KubeOptions) -> dict[str, Any]:
     lab = labels(opts, "vllm", **{MODEL_LABEL: model})
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(f"{opts.name}-{model}"[:63].rstrip("-"), opts, lab),
+        "metadata": _meta(service_name(model, opts), opts, lab),
         "spec": {
             "selector": {PART_OF: opts.name, MODEL_LABEL: model, SERVES_LABEL: "true"},
             "ports": [{"name": "http", "port": PORT, "targetPort": "http"}],
@@ -211,40 +265,52 @@ def service(model: str, opts: KubeOptions) -> dict[str, Any]:
     }
 
 
-def network_policy(opts: KubeOptions) -> dict[str, Any]:
-    """vLLM's pods take connections from the gateway, from each other (a group's ranks) and
-    from the monitoring namespace only; the kubelet's probes are not subject to it."""
-    mine = {PART_OF: opts.name, COMPONENT: "vllm"}
+# Prometheus's own pods (the Prometheus Operator labels them so), in the monitoring namespace.
+PROMETHEUS_PODS = {"app.kubernetes.io/name": "prometheus"}
+
+
+def _policy(name: str, opts: KubeOptions, selector: dict[str, str], ingress: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta(f"{opts.name}-vllm", opts, labels(opts, "vllm")),
-        "spec": {
-            "podSelector": {"matchLabels": mine},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": [{"podSelector": {"matchLabels": mine}}]},
-                {
-                    "from": [{"podSelector": {"matchLabels": {PART_OF: opts.name, COMPONENT: "gateway"}}}],
-                    "ports": [{"port": PORT, "protocol": "TCP"}],
-                },
-                {
-                    "from": [
-                        {
-                            "namespaceSelector": {
-                                "matchLabels": {"kubernetes.io/metadata.name": opts.monitoring_namespace}
-                            }
-                        }
-                    ],
-                    "ports": [{"port": PORT, "protocol": "TCP"}],
-                },
-            ],
-        },
+        "metadata": _meta(name, opts, labels(opts, "vllm")),
+        "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"], "ingress": ingress},
     }
 
 
-def workloads(plan: dict[str, Any], opts: KubeOptions) -> tuple[list[dict[str, Any]], list[str]]:
-    """The plan's instances as workloads, a Service per model and the NetworkPolicy; and notes."""
+def network_policy(opts: KubeOptions) -> dict[str, Any]:
+    """vLLM's port takes connections from the gateway's pods and Prometheus's only (vLLM checks
+    an API key on /v1 alone: /metrics, /invocations and the rest are open to whoever connects);
+    the kubelet's probes are not subject to it."""
+    port = [{"port": PORT, "protocol": "TCP"}]
+    monitoring = {"kubernetes.io/metadata.name": opts.monitoring_namespace}
+    return _policy(
+        f"{opts.name}-vllm",
+        opts,
+        {PART_OF: opts.name, COMPONENT: "vllm"},
+        [
+            {"from": [{"podSelector": {"matchLabels": {PART_OF: opts.name, COMPONENT: "gateway"}}}], "ports": port},
+            {
+                "from": [
+                    {"namespaceSelector": {"matchLabels": monitoring}, "podSelector": {"matchLabels": PROMETHEUS_PODS}}
+                ],
+                "ports": port,
+            },
+        ],
+    )
+
+
+def group_policy(name: str, opts: KubeOptions) -> dict[str, Any]:
+    """A multi-node group's pods reach each other on every port (torch.distributed, NCCL, Ray)."""
+    group = {PART_OF: opts.name, WORKLOAD_LABEL: name}
+    return _policy(f"{name}-group", opts, group, [{"from": [{"podSelector": {"matchLabels": group}}]}])
+
+
+def workloads(
+    plan: dict[str, Any], opts: KubeOptions, given: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The plan's instances as workloads, a Service per model and the NetworkPolicies; and notes.
+    ``given``: each node's serving options from its inventory (none from a bare plan)."""
     version = str(plan.get("vllm_version") or "")
     notes: list[str] = []
     gpus = {str(n["name"]): str(n.get("gpu") or "") for n in plan.get("nodes") or []}
@@ -252,6 +318,7 @@ def workloads(plan: dict[str, Any], opts: KubeOptions) -> tuple[list[dict[str, A
     mixed = len(set(gpus.values()) | {str(i.get("gpu") or "") for i in plan["instances"]}) > 1
     singles: dict[tuple[Any, ...], list[tuple[str, list[Part]]]] = {}
     objects: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
     models: list[str] = []
     for inst in plan["instances"]:
         model = slug(instance_served_name(inst), 50)
@@ -269,20 +336,26 @@ def workloads(plan: dict[str, Any], opts: KubeOptions) -> tuple[list[dict[str, A
                 f"{inst['name']} runs on CPUs: vllm/vllm-openai is a CUDA image",
                 "pass --image (a vLLM CPU build)",
             )
-        parts = parts_of(inst, opts, gpus)
+        parts = parts_of(inst, opts, gpus, given)
         if len(parts) > 1:
-            name = slug(f"{inst['name']}", 40)
+            name = name_of(opts.name, str(inst["name"]), key=str(inst["name"]))
             objects.append(leader_worker_set(name, parts, model, opts, version, mixed, inst))
+            groups.append(group_policy(name, opts))
             continue
         singles.setdefault((model, parts[0].key()), []).append((inst["name"], parts))
-    for index, ((model, _), group) in enumerate(singles.items()):
+    for (model, key), group in singles.items():
         parts = group[0][1]
-        name = slug(f"{model}-{slug(parts[0].gpu or 'cpu', 12)}-{index}", 40)
+        name = name_of(opts.name, model, parts[0].gpu or "cpu", key=repr((model, key)))
         objects.append(deployment(name, parts, len(group), model, opts, version, mixed))
         if len(group) > 1:
             notes.append(f"{name}: {len(group)} replicas of {', '.join(n for n, _ in group)} (alike: one Deployment)")
     if any(i.get("device") == "cpu" for i in plan["instances"]):
         notes.append("CPU instances: no VLLM_CPU_OMP_THREADS_BIND (the pod's cores are the kubelet's to pick)")
+    if not given:
+        notes.append(
+            "serving options from an inventory (trust_remote_code, parsers, extra_args, extra_env) come with -i; "
+            "a plan file holds the planned arguments only"
+        )
     objects += [service(m, opts) for m in models]
-    objects.append(network_policy(opts))
+    objects += [network_policy(opts), *groups]
     return objects, notes
