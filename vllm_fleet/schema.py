@@ -107,7 +107,7 @@ class ServingOptions:
     gpu_memory_utilization: float | None = opt(
         None,
         "--gpu-memory-utilization",
-        "GPU memory share vLLM may use (0.9)",
+        "GPU memory share vLLM may use (vLLM's default: 0.92 from 0.20, 0.9 before)",
         render="planned",
         minimum=0.01,
         maximum=1.0,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.bench.memory_accuracy import FAMILIES, FAMILIES_DATASET, derive_family, family_summary
+from tests.bench.memory_accuracy import BANDS, FAMILIES, FAMILIES_DATASET, derive_family, family_summary, release_band
 
 REQUIRED = ("id", "source", "family", "model", "vllm_version", "vllm_version_note", "raw")
 OBSERVED = ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency", "num_gpu_blocks")
@@ -64,6 +64,7 @@ def test_family_summary_median_p90_and_off_by_2x() -> None:
     # p90 of 5 sorted values is the one at round(0.9 * 4) = 4: the largest
     assert stats.p90 == pytest.approx(1.5)
     assert stats.off_2x == 1
+    assert stats.mean == pytest.approx(0.5)  # (10 + 20 + 30 + 40 + 150) / 5 %: the comparable metric
     assert "weights" not in hybrid
     assert summary["dense"]["weights"].off_2x == 0
     assert summary["dense"]["weights"].median == pytest.approx(1.0)
@@ -95,3 +96,20 @@ def test_derive_family(config: dict[str, Any], expected: str) -> None:
 
 def test_expert_parallel_entry_is_moe_ep() -> None:
     assert derive_family({"num_experts": 128}, {"expert_parallel": True}) == "moe_ep"
+
+
+def test_release_bands_split_where_vllm_accounts_differently() -> None:
+    assert [release_band(v) for v in ("0.6.3.dev114", "0.8.0", "0.19.0", "0.20.2", "0.21.0", "0.32.0")] == [
+        BANDS[0],
+        BANDS[1],
+        BANDS[1],
+        BANDS[1],
+        BANDS[2],
+        BANDS[2],
+    ]
+    rows = [
+        {**_row("dense", "kv_pool", 11.0, 10.0), "version": "0.32.0"},
+        {**_row("dense", "kv_pool", 9.0, 10.0), "version": "0.6.0"},
+    ]
+    bands = family_summary(rows, key="band")
+    assert bands[BANDS[2]]["kv_pool"].mean == pytest.approx(0.1) and bands[BANDS[0]]["kv_pool"].n == 1

@@ -4,11 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet.accounting.base import GIB, Accounting
+from tests.conftest import FIXTURES
+from vllm_fleet.accounting.base import GIB, Accounting, default_gpu_memory_utilization
 from vllm_fleet.accounting.memory import default_partition, estimate
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.errors import PlanError
+from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.strategy import Wishes, load_cluster, plan_cluster
 
 H100 = Device("H100-SXM", 79.19, "cuda", 9)
 L20 = Device("L20", 44.39, "cuda", 8)
@@ -182,3 +184,31 @@ def test_safetensors_bytes_replace_the_formula(tiny_model: Path) -> None:
 def test_accounting_by_release(version: str, engine: str | None, graphs_in_budget: bool, nccl_in_budget: bool) -> None:
     acct = Accounting.for_version(version, engine)
     assert (acct.graphs_in_budget, acct.nccl_in_budget) == (graphs_in_budget, nccl_in_budget)
+
+
+@pytest.mark.parametrize(("version", "default"), [("0.14.0", 0.9), ("0.19.1", 0.9), ("0.20.0", 0.92), ("0.32.0", 0.92)])
+def test_an_unset_utilization_is_the_releases_default(version: str, default: float) -> None:
+    """vLLM's CacheConfig default: 0.9 up to 0.19, 0.92 from 0.20 (each release's vllm/config/cache.py)."""
+    assert default_gpu_memory_utilization(version) == default
+    est = estimate(load_model("meta-llama/Llama-3.1-8B"), H100, Settings(max_model_len=8192, vllm_version=version))
+    assert est.gpu_memory_utilization == default and est.fits
+    assert (
+        estimate(load_model("meta-llama/Llama-3.1-8B"), H100, Settings(max_model_len=8192)).gpu_memory_utilization
+        == 0.92
+    )
+
+
+def test_an_unset_utilization_is_lowered_to_what_starts_beside_nccl() -> None:
+    """The seeds' A800 + L20 pipeline: on the L20s, vLLM 0.32's default 0.92 asks for more than the
+    CUDA context and TP=8's NCCL buffers leave free, so vLLM would refuse to start; unset, the plan
+    takes the most that starts, renders it and says why. Asked for explicitly, 0.92 is refused."""
+    cluster = load_cluster(FIXTURES / "a800_l20.yml")
+    plan = plan_cluster(load_model("deepseek-ai/DeepSeek-R1"), cluster, Wishes(max_model_len=32768))
+    (inst,) = plan["instances"]
+    used = float(inst["vllm_args"][inst["vllm_args"].index("--gpu-memory-utilization") + 1])
+    assert used < 0.92 and inst["memory"]["gpu_memory_utilization"] == used
+    assert any("not vLLM 0.32.0's default 0.92" in n and "would refuse to start" in n for n in inst["memory"]["notes"])
+    with pytest.raises(NothingFitsError):
+        plan_cluster(
+            load_model("deepseek-ai/DeepSeek-R1"), cluster, Wishes(max_model_len=32768, gpu_memory_utilization=0.92)
+        )

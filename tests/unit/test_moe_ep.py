@@ -171,7 +171,9 @@ def test_removed_backends_run_as_allgather_reducescatter() -> None:
 
 def test_pcie_turns_custom_all_reduce_off_above_two_gpus() -> None:
     spec = load_model("Qwen/Qwen3-235B-A22B")
-    settings = Settings(tensor_parallel_size=8, enable_expert_parallel=True, quantization="fp8", max_model_len=8192)
+    # A utilization given: unset, each would take the most that starts beside its own overheads.
+    settings = Settings(tensor_parallel_size=8, enable_expert_parallel=True, quantization="fp8", max_model_len=8192,
+                        gpu_memory_utilization=0.9)  # fmt: skip
     l40s = Device("L40S", 44.39, sm_major=8, capability=89)
     pcie = estimate(spec, l40s, settings, nvlink=False)
     linked = estimate(spec, l40s, settings, nvlink=True)

@@ -60,6 +60,13 @@ def parse_version(text: str) -> tuple[int, int]:
 OLDEST_KNOWN_VLLM = "0.5.0"
 
 
+def default_gpu_memory_utilization(version: str) -> float:
+    """vLLM's own default for ``--gpu-memory-utilization`` in ``version``: 0.9 up to 0.19, 0.92 from
+    0.20 on (``CacheConfig.gpu_memory_utilization`` in vllm/config/cache.py, read in the sdists of
+    0.14, 0.17, 0.18, 0.19, 0.20, 0.23, 0.26 and 0.32 on PyPI)."""
+    return 0.92 if parse_version(version) >= (0, 20) else 0.9
+
+
 def known_release(text: str) -> str | None:
     """None when the planner knows ``text``'s memory accounting, else a warning
     saying which accounting it plans with instead."""

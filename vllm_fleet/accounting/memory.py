@@ -373,10 +373,38 @@ def estimate(
     """Memory of one vLLM instance with ``settings`` on ``device`` GPUs.
 
     ``devices_per_stage`` gives a different device per PP stage (mixed GPUs);
-    otherwise every rank is ``device``.
+    otherwise every rank is ``device``. An unset ``gpu_memory_utilization`` is vLLM's default
+    for the release, lowered on idle GPUs to the most that starts where the memory left after
+    vLLM's own CUDA context and NCCL is below it (vLLM would refuse to start with its default
+    there); the plan renders the value it planned with, and says so in a note.
     """
     settings = settings or Settings()
     settings.validate()
+    est, most = _estimate(spec, device, settings, devices_per_stage=devices_per_stage, nvlink=nvlink)
+    # Only for idle GPUs, where vLLM's own context and NCCL are what the default leaves no room for;
+    # memory other processes hold (gpu_facts' free memory) is refused with the figure instead.
+    idle = all(d.free_gib is None for d in devices_per_stage or [device])
+    if settings.gpu_memory_utilization is None and idle and most is not None and 0 < most < settings.utilization:
+        lowered = replace(settings, gpu_memory_utilization=most)
+        est, _ = _estimate(spec, device, lowered, devices_per_stage=devices_per_stage, nvlink=nvlink)
+        est.notes.append(
+            f"gpu_memory_utilization {most:g}, not vLLM {settings.vllm_version}'s default {settings.utilization:g}: "
+            "the default asks for more than the GPUs hold free after the CUDA context and NCCL (vLLM would refuse "
+            "to start)"
+        )
+    return est
+
+
+def _estimate(
+    spec: ModelSpec,
+    device: Device,
+    settings: Settings,
+    *,
+    devices_per_stage: list[Device] | None,
+    nvlink: bool,
+) -> tuple[Estimate, float | None]:
+    """:func:`estimate` with ``settings`` as given, and the most gpu_memory_utilization that starts
+    (None on CPUs)."""
     if settings.draft_spec is None and settings.speculative_config:
         # The draft model an EAGLE / draft_model config names, loaded like the model.
         settings = replace(settings, draft_spec=options.draft_spec_for(settings.speculative_config))
@@ -534,7 +562,7 @@ def estimate(
         graphs = _cuda_graph_bytes(
             spec, layers, seqs, tokens, settings, dev, query_len, draft_kv, options.lora_graph_cases(settings)
         )
-        budget = dev.total_gib * GIB * settings.gpu_memory_utilization
+        budget = dev.total_gib * GIB * settings.utilization
         available = budget - weights - act - nt_in - (graphs if acct.graphs_in_budget else 0.0)
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
@@ -615,7 +643,7 @@ def estimate(
         reason = (
             f"weights and overheads exceed the budget on stage {stage_info.index(worst)} by "
             f"{-worst['available'] / GIB:.2f} GiB (budget {worst['budget'] / GIB:.2f} GiB = "
-            f"{worst['device'].total_gib:.2f} GiB x {settings.gpu_memory_utilization})"
+            f"{worst['device'].total_gib:.2f} GiB x {settings.utilization})"
         )
     elif num_blocks - reserve < need:
         fits = False
@@ -625,7 +653,22 @@ def estimate(
             + (f"{need * block}" if len(layout.groups) == 1 else f"{need} blocks of its {len(layout.groups)} groups")
             + f" ({missing:.2f} GiB more); the largest max_model_len that fits is {fit_len}"
         )
-    else:
+    # request_memory (v1/worker/utils.py): vLLM refuses to start when the free memory is below
+    # total x gpu_memory_utilization; the most it starts with, over the stages.
+    start_limits = [
+        math.floor(
+            (
+                ((s["device"].free_gib if s["device"].free_gib is not None else s["device"].total_gib) * GIB)
+                - s["nt_out"]
+            )
+            / (s["device"].total_gib * GIB)
+            * 100
+        )
+        / 100
+        for s in stage_info
+        if s["device"].kind != "cpu" and s["device"].total_gib > 0
+    ]
+    if worst["available"] > 0 and num_blocks - reserve >= need:
         for info in stage_info:
             dev = info["device"]
             if dev.kind == "cpu":
@@ -633,12 +676,10 @@ def estimate(
             needed = info["budget"] + info["nt_out"]
             free = (dev.free_gib if dev.free_gib is not None else dev.total_gib) * GIB
             if needed > free:
-                # request_memory (v1/worker/utils.py): vLLM refuses to start when the free memory
-                # is below total x gpu_memory_utilization.
                 fits = False
                 most = math.floor((free - info["nt_out"]) / (dev.total_gib * GIB) * 100) / 100
                 reason = (
-                    f"gpu_memory_utilization {settings.gpu_memory_utilization} asks for "
+                    f"gpu_memory_utilization {settings.utilization} asks for "
                     f"{info['budget'] / GIB:.2f} GiB but only {(free - info['nt_out']) / GIB:.2f} GiB is free after "
                     f"the CUDA context and NCCL ({info['nt_out'] / GIB:.2f} GiB); lower it"
                     + (f" to {most:g} or less" if most > 0 else "")
@@ -661,14 +702,14 @@ def estimate(
     if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
         notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")
     assumptions = options.assumptions(spec, settings, sd)
-    return Estimate(
+    est = Estimate(
         model=spec.name,
         device=device.name,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         data_parallel_size=dp,
         enable_expert_parallel=ep > 1,
-        gpu_memory_utilization=settings.gpu_memory_utilization,
+        gpu_memory_utilization=settings.utilization,
         max_model_len=mml,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
@@ -694,6 +735,7 @@ def estimate(
         + _llama4_assumptions(spec, layout, settings),
         option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
+    return est, min(start_limits) if start_limits else None
 
 
 def _llama4_assumptions(spec: ModelSpec, layout: _KvLayout, settings: Settings) -> list[str]:

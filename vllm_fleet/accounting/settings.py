@@ -11,7 +11,7 @@ from typing import Any
 
 from vllm_fleet import coerce, schema
 from vllm_fleet.accounting import options
-from vllm_fleet.accounting.base import ALL2ALL_BACKENDS
+from vllm_fleet.accounting.base import ALL2ALL_BACKENDS, default_gpu_memory_utilization
 from vllm_fleet.accounting.multimodal import parse_limits
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.spec import (
@@ -45,7 +45,8 @@ class Settings(ServingOptions):
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
+    # None: vLLM's own default for the release planned for (:attr:`utilization`).
+    gpu_memory_utilization: float | None = None
     enable_expert_parallel: bool = False
     layer_partition: list[int] | None = None
     # As vllm serve --kv-cache-memory-bytes: the KV pool's size (the plan renders it for the CPU
@@ -59,11 +60,16 @@ class Settings(ServingOptions):
     # chunked local attention (Llama 4), and every layer then keeps the whole sequence.
     chunked_local_attn_hybrid_kv: bool = True
 
+    @property
+    def utilization(self) -> float:
+        """The GPU memory share vLLM uses: as asked, else its default in the release planned for."""
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return default_gpu_memory_utilization(self.vllm_version)
+
     def validate(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             check_count(getattr(self, name), "--" + name.replace("_", "-"), LIMITS[name], required=True)
-        if self.gpu_memory_utilization is None:
-            raise PlanError("--gpu-memory-utilization", "is required", "use a fraction of total GPU memory such as 0.9")
         # Every declared number within its declaration (vllm_fleet/schema.py), named by its flag;
         # the choices below, with what each one means.
         coerce.check_typed(self, lambda name: schema.by_name()[name].cli or name, kinds=("int", "float"))

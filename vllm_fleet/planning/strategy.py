@@ -117,7 +117,7 @@ class _Planner:
             "tensor_parallel_size": tp,
             "pipeline_parallel_size": pp,
             "data_parallel_size": dp,
-            "gpu_memory_utilization": w.gpu_memory_utilization or 0.9,
+            "gpu_memory_utilization": w.gpu_memory_utilization,
             "max_model_len": max_model_len or w.max_model_len,
         }
         return Settings(
@@ -607,7 +607,7 @@ class _Planner:
             if q.fits:
                 hints.append(f"fp8 weights (--quantization fp8) on one {dev.name} node with TP={tp}")
         per_gpu_need = base.weights_gib * tp
-        usable = dev.total_gib * 0.9 * 0.75
+        usable = dev.total_gib * base.gpu_memory_utilization * 0.75
         gpus = int(per_gpu_need / usable) + 1 if usable > 0 else 0
         hints.append(f"about {max(gpus, 2)} GPUs of {dev.total_gib:.0f} GiB for the weights plus KV cache")
         return "; or ".join(hints)
