@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -184,6 +187,17 @@ def test_bad_numbers_on_the_command_line_exit_2(
         ),
         pytest.param(Settings(max_num_seqs=False), r"--max-num-seqs: must be a positive integer", id="seqs-bool"),
         pytest.param(Settings(layer_partition=[True]), r"--layer-partition: must be a list", id="partition-bool"),  # type: ignore[list-item]
+        pytest.param(
+            Settings(max_num_batched_tokens=64, max_num_seqs=128),
+            r"--max-num-batched-tokens: max_num_batched_tokens \(64\) must be greater than or equal to max_num_seqs "
+            r"\(128\) \(vLLM refuses to start\)",
+            id="tokens-below-seqs",
+        ),
+        pytest.param(
+            Settings(max_num_seqs=16384),  # vLLM's default batched tokens on an H100 stay 8,192
+            r"--max-num-seqs: max_num_batched_tokens \(8192\) must be greater than or equal to max_num_seqs \(16384\)",
+            id="seqs-above-default-tokens",
+        ),
     ],
 )
 def test_bad_settings_name_the_flag(settings: Settings, message: str) -> None:
@@ -208,6 +222,11 @@ def test_nan_gpu_memory_is_refused() -> None:
         pytest.param(Wishes(port=70000), r"vllm_fleet_port: must be a port \(1 to 65535\)", id="port-above"),
         pytest.param(Wishes(strategies=("bogus",)), r"--strategy: unknown strategy 'bogus'", id="strategy"),
         pytest.param(Wishes(port=65535), r"vllm_fleet_port: 65535 \+ 8 instances on a800-1 .* above 65535", id="ports"),
+        pytest.param(
+            Wishes(data_parallel_size=8, tensor_parallel_size=2),
+            r"--data-parallel-size: DP=8 with TP=2: the planner lays DP out as one GPU per rank",
+            id="dp-with-tp",
+        ),
     ],
 )
 def test_bad_wishes_name_the_field(wishes: Wishes, message: str) -> None:
@@ -351,6 +370,24 @@ GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128}
         pytest.param(_cfg(torch_dtype=5), r"torch_dtype: 5 is not a dtype name", id="dtype-int"),
         pytest.param(_cfg(num_experts=-1), r"num_experts: must be at least 0", id="experts-negative"),
         pytest.param(_cfg(seq_length=0), r"seq_length: must be at least 1", id="seq-length-0"),
+        # What vLLM or transformers refuse when they load the model (issue 32):
+        pytest.param(_cfg(rope_scaling=[1, 2]), r"rope_scaling: \[1, 2\] is not a mapping", id="rope-list"),
+        pytest.param(
+            _cfg(rope_scaling={"rope_type": "bogus", "factor": 2.0}),
+            r"rope_scaling\.rope_type: 'bogus': vLLM raises 'Unknown RoPE scaling type bogus'",
+            id="rope-unknown",
+        ),
+        pytest.param(
+            _cfg(layer_types=["full_attention"]),
+            r"layer_types: `num_hidden_layers` \(\d+\) must be equal to the number of `layer_types` \(1\)",
+            id="layer-types-length",
+        ),
+        pytest.param(
+            _cfg(layer_types=["bogus_attention"] * TINY_CFG["num_hidden_layers"]),
+            r"layer_types: 'bogus_attention' is not a layer type transformers knows",
+            id="layer-types-unknown",
+        ),
+        pytest.param(_cfg(layer_types="full_attention"), r"layer_types: 'full_attention' is not a list", id="lt-str"),
     ],
 )
 def test_impossible_config_names_the_key(cfg: dict[str, Any], message: str) -> None:
@@ -417,6 +454,18 @@ def test_hostile_safetensors_header_names_the_file(tmp_path: Path, content: byte
     with pytest.raises(PlanError, match=re.escape(str(folder / "model.safetensors")) + ": .*" + message) as err:
         load_model(str(folder))
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path, name: str) -> None:
+    """A FIFO where a file should be would block the planner on open (it waits for a writer)."""
+    folder = _folder(tmp_path)
+    (folder / name).unlink(missing_ok=True)
+    os.mkfifo(folder / name)
+    argv = [sys.executable, "-m", "vllm_fleet.cli", "estimate", "--model", str(folder), "--gpu", "H100-SXM"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert f"{folder / name}: is not a regular file (a FIFO, socket or device)" in done.stderr
 
 
 def test_a_folder_named_like_a_shard(tmp_path: Path) -> None:

@@ -471,6 +471,15 @@ def _estimate(
         )
     smallest = min(stage_devices, key=lambda d: d.total_gib)
     seqs, tokens = resolve_batch_defaults(settings, smallest, mml, tp * pp)
+    if acct.engine == "v1" and tokens < seqs:
+        # SchedulerConfig.verify_max_model_len (vllm/config/scheduler.py, 0.32): a refusal at start.
+        given = "--max-num-batched-tokens" if settings.max_num_batched_tokens else "--max-num-seqs"
+        raise PlanError(
+            given,
+            f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs}) "
+            "(vLLM refuses to start)",
+            f"raise --max-num-batched-tokens to {seqs} or more, or lower --max-num-seqs to {tokens} or less",
+        )
     quant = _quant(spec, settings)
     db = _dtype_bytes(spec, settings, smallest)
     kv_b = _kv_dtype_bytes(settings, db)

@@ -32,6 +32,45 @@ _MIXER_NAMES = {
 _HYBRID_TYPES = ("qwen3_next", "granitemoehybrid", "nemotron_h", "bamba", "jamba", "falcon_h1")
 
 
+# transformers 5.19 (what vLLM 0.32 loads configs with): PreTrainedConfig.validate_layer_type runs
+# when a config is built (@strict) and refuses a `layer_types` entry outside these, after the
+# legacy names are remapped, or a list whose length is not num_hidden_layers.
+ALLOWED_LAYER_TYPES = (
+    "full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
+    "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
+    "hybrid_sliding", "linear_attention",
+)  # fmt: skip
+LEGACY_LAYER_TYPES = {
+    "mamba": "linear_attention", "attention": "full_attention", "deepseek_sparse_attention": "indexed_attention",
+    "qwen_sparse_attention": "indexed_attention",
+}  # fmt: skip
+
+
+def check_layer_types(cfg: Mapping[str, Any], source: str, layers: int) -> None:
+    """transformers' check of config.json's ``layer_types`` (a refusal when vLLM loads the model)."""
+    raw = cfg.get("layer_types")
+    if raw is None:
+        return
+    where = f"{source}:layer_types"
+    if not isinstance(raw, list):
+        raise PlanError(where, f"{_show(raw)} is not a list of layer types", "give one entry per layer")
+    bad = [t for t in raw if LEGACY_LAYER_TYPES.get(str(t), str(t)) not in ALLOWED_LAYER_TYPES]
+    if bad:
+        raise PlanError(
+            where,
+            f"{_show(bad[0])} is not a layer type transformers knows: it refuses the config "
+            '("The `layer_types` entries must be in ...")',
+            f"use {', '.join(ALLOWED_LAYER_TYPES)}",
+        )
+    if len(raw) != layers:
+        raise PlanError(
+            where,
+            f"`num_hidden_layers` ({layers}) must be equal to the number of `layer_types` ({len(raw)}): "
+            "transformers refuses the config",
+            "give one entry per layer",
+        )
+
+
 def _hybrid_layer_types(cfg: Mapping[str, Any], source: str, model_type: str, layers: int) -> tuple[str, ...]:
     """Each layer's mixer in the hybrid families, the way their vLLM classes build them:
     Qwen3-Next ``layer_types`` or ``full_attention_interval`` (full attention when

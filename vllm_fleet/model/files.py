@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -101,8 +102,24 @@ def weight_files(folder: Path) -> list[Path]:
     return [folder / n for n in names if n in listed]
 
 
+def not_special(path: Path) -> None:
+    """A FIFO, socket or device where a file should be: opening it would block (a FIFO waits
+    for a writer), so it is refused before it is opened. Symlinks are followed (the Hub's cache)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # the read that follows names the problem
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise PlanError(
+            str(path),
+            "is not a regular file (a FIFO, socket or device): reading it would block",
+            "replace it with the downloaded file",
+        )
+
+
 def _read_text(path: Path, limit: int) -> str:
     """A small text file, UTF-8; PlanError naming it when it is unreadable or too large."""
+    not_special(path)
     try:
         size = path.stat().st_size
         if size > limit:
@@ -130,6 +147,7 @@ def _shape_elements(shape: Any, where: str, tensor: str) -> int:
 def _header(path: Path) -> tuple[dict[str, Any], int]:
     """The JSON header of one safetensors file and the size of its data buffer."""
     where = str(path)
+    not_special(path)
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:

@@ -33,14 +33,42 @@ _LENGTH_KEYS = (
 _ROPE_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
 
 
-def _rope_parameters(cfg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The RoPE parameter sets (one per layer type when nested), as vLLM iterates them."""
+# The RoPE types vLLM 0.32's get_rope builds (model_executor/layers/rotary_embedding/__init__.py);
+# any other raises "Unknown RoPE scaling type" when the model loads.
+ROPE_TYPES = (
+    "default", "bailing_mrope", "proportional", "llama3", "mllama4", "linear", "ntk", "dynamic", "yarn",
+    "deepseek_yarn", "deepseek_llama_scaling", "longrope", "openpangu",
+)  # fmt: skip
+
+
+def _rope_parameters(cfg: Mapping[str, Any], source: str = "config.json") -> list[Mapping[str, Any]]:
+    """The RoPE parameter sets (one per layer type when nested), as vLLM iterates them; what
+    vLLM or transformers refuse to load is refused here with their reason."""
     raw = _get(cfg, "rope_parameters", "rope_scaling")
-    if not isinstance(raw, Mapping) or not raw:
+    if raw is None:
+        return []
+    if not isinstance(raw, Mapping):
+        raise PlanError(
+            f"{source}:rope_scaling",
+            f"{_show(raw)} is not a mapping (transformers cannot read the RoPE parameters of the config)",
+            'write it as {"rope_type": ..., "factor": ...}, or remove it',
+        )
+    if not raw:
         return []
     if all(str(k).endswith("attention") for k in raw) and all(isinstance(v, Mapping) for v in raw.values()):
-        return [v for v in raw.values() if isinstance(v, Mapping) and v]
-    return [raw]
+        params = [v for v in raw.values() if isinstance(v, Mapping) and v]
+    else:
+        params = [raw]
+    for rp in params:
+        rope_type = _rope_type(rp)
+        if rope_type not in ROPE_TYPES:
+            raise PlanError(
+                f"{source}:rope_scaling.rope_type",
+                f"{rope_type!r}: vLLM raises 'Unknown RoPE scaling type {rope_type}' when it loads the model "
+                "(get_rope)",
+                f"use one of {', '.join(ROPE_TYPES)}",
+            )
+    return params
 
 
 def _derived_max_len(
@@ -87,7 +115,7 @@ def _derived_max_len(
     unbounded = derived == math.inf
     length = 2048.0 if unbounded else float(derived)
     model_type = str(cfg.get("model_type") or top.get("model_type") or "")
-    params = _rope_parameters(cfg)
+    params = _rope_parameters(cfg, source)
     types = [_rope_type(rp) for rp in params]
     if params and "gemma3" not in model_type:
         factor: float = 1.0

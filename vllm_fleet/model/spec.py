@@ -27,13 +27,14 @@ from typing import Any
 from vllm_fleet.accounting.multimodal import VisionSpec, vision_spec_from_config
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.catalog import MODELS, lookup_model
-from vllm_fleet.model.families import _hybrid_layer_types, _llama4_text, _mixer_fields
+from vllm_fleet.model.families import _hybrid_layer_types, _llama4_text, _mixer_fields, check_layer_types
 from vllm_fleet.model.files import (
     _encoder_max_seq_length,
     _read_text,
     _small_json,
     _tokenizer_max_length,
     is_pooling,
+    not_special,
     read_safetensors_bytes,
 )
 from vllm_fleet.model.length import _derived_max_len
@@ -524,6 +525,7 @@ def _spec_from_config(
         )
 
     layer_types: tuple[str, ...] = ()
+    check_layer_types(cfg, source, layers)
     raw_types = cfg.get("layer_types")
     window = _int(cfg, source, "sliding_window", maximum=MAX_POSITIONS) if cfg.get("sliding_window") is not False else 0
     hybrid_types = _hybrid_layer_types(cfg, source, model_type, layers)
@@ -705,6 +707,8 @@ def load_model(model: str) -> ModelSpec:
         ) from exc
     if is_dir:
         cfg_path = path / "config.json"
+        if cfg_path.exists():
+            not_special(cfg_path)  # a FIFO would block the read
         if not cfg_path.is_file():
             raise PlanError(
                 "--model",

@@ -43,6 +43,17 @@ def check_wishes(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
     if not isinstance(wishes.extra_env, Mapping):
         raise PlanError("vllm_fleet_extra_env", f"must be a mapping, got {wishes.extra_env!r}", "e.g. {A: '1'}")
     tp = wishes.tensor_parallel_size
+    dp = wishes.data_parallel_size
+    if dp and dp > 1 and ((tp and tp > 1) or (wishes.pipeline_parallel_size or 1) > 1):
+        # The DP layouts the planner builds are TP=1 PP=1 per rank: a forced TP or PP beside a
+        # forced DP would otherwise be dropped without a word.
+        forced = f"TP={tp}" if tp and tp > 1 else f"PP={wishes.pipeline_parallel_size}"
+        raise PlanError(
+            "--data-parallel-size",
+            f"DP={dp} with {forced}: the planner lays DP out as one GPU per rank (TP=1, PP=1), so it "
+            f"cannot honour {forced} beside it",
+            "drop --data-parallel-size (the planner then chooses TP/PP), or drop the TP/PP size",
+        )
     if tp:
         check_forced_tp(spec, nodes, wishes, tp)
     if tp and spec.num_attention_heads % tp:
