@@ -89,6 +89,24 @@ CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
             linear_value_head_dim=32,
         ),
     ),
+    # Qwen3.5: Qwen3-Next's layers, its layer_types, and a float32 SSM state from mamba_ssm_dtype
+    # (Qwen3_5ForConditionalGenerationConfig.verify_and_update_config).
+    "qwen3_5": (
+        "Qwen3_5TextConfig",
+        "qwen3_5:Qwen3_5ForCausalLM",
+        dict(
+            _ATTN,
+            model_type="qwen3_5_text",
+            num_hidden_layers=8,
+            layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 2,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=32,
+            linear_num_key_heads=4,
+            linear_num_value_heads=8,
+            linear_value_head_dim=32,
+            mamba_ssm_dtype="float32",
+        ),
+    ),
     "granite_h": (
         "GraniteMoeHybridConfig",
         "granitemoehybrid:GraniteMoeHybridForCausalLM",
@@ -194,9 +212,29 @@ CASES = [
 
 ORACLE = """
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 from contextlib import nullcontext
 from types import SimpleNamespace as NS
 from unittest import mock
+
+
+class _NoVision(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    # qwen3_5.py imports Qwen3-VL's processors, which import torchvision at module level; the
+    # oracle calls only the model class's KV-state classmethods, so where torchvision is not
+    # installed its modules are empty stand-ins that are never called.
+    def find_spec(self, name, path, target=None):
+        if name == "torchvision" or name.startswith("torchvision."):
+            return importlib.util.spec_from_loader(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return mock.MagicMock(__path__=[], __spec__=spec, __name__=spec.name)
+
+    def exec_module(self, module):
+        pass
+
 
 import torch
 import transformers
@@ -229,7 +267,7 @@ def decoder_kinds(name, hf, n):
     # Which cache specs each layer registers, from vLLM's own decoder tables.
     if name in ("gpt_oss", "gpt_oss_13_12", "gemma3"):
         return [["sliding" if t == "sliding_attention" else "full"] for t in hf.layer_types]
-    if name == "qwen3_next":
+    if name in ("qwen3_next", "qwen3_5"):
         return [["mamba" if t == "linear_attention" else "full"] for t in hf.layer_types]
     if name == "falcon_h1":
         return [["full", "mamba"]] * n
@@ -287,9 +325,14 @@ def run(case):
     model_cls = None
     if model_path:
         module, cls_name = model_path.split(":")
+        if name == "qwen3_5" and importlib.util.find_spec("torchvision") is None:
+            sys.meta_path.append(_NoVision())  # after transformers decided it has no torchvision
         model_cls = getattr(importlib.import_module("vllm.model_executor.models." + module), cls_name)
         if name == "nemotron_h":
             NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype(cache_config=cache, hf_config=hf)
+        if name == "qwen3_5":
+            from vllm.model_executor.models.config import Qwen3_5ForConditionalGenerationConfig
+            Qwen3_5ForConditionalGenerationConfig.verify_and_update_config(cfg)
         MambaModelConfig.verify_and_update_config(cfg)
         with mock.patch.object(ModelRegistry, "resolve_model_cls", return_value=(model_cls, model.architecture)), \
                 mock.patch.object(Platform, "_find_non_ssm_backends", return_value=[FlashAttn]), \

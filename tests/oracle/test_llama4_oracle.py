@@ -182,6 +182,7 @@ def test_kv_blocks_tokens_and_concurrency(truth: dict[str, Any], name: str, hybr
             max_model_len=row["length"],
             # The planner's in-flight tokens for local attention: vLLM's max_in_flight_tokens.
             max_num_batched_tokens=row["in_flight"] // batches,
+            max_num_seqs=16,  # as the oracle's SchedulerConfig (vLLM refuses batched tokens below it)
             block_size=BLOCK,
             kv_cache_memory_bytes=AVAILABLE,
             chunked_local_attn_hybrid_kv=hybrid,

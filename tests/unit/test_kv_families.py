@@ -404,3 +404,27 @@ def test_deepseek_v32_indexer_weights() -> None:
     # of max_num_batched_tokens x index_topk.
     per_layer = (256 * 16 * 128 + 512 * (128 + 16)) * BF16 + 2 * 128 * 4
     assert extra * (1 << 30) == pytest.approx(4 * per_layer + 4096 * 2048 * 4)
+
+
+def test_qwen3_5_is_qwen3_next_with_layer_types_and_a_float32_state() -> None:
+    """Qwen3.5 (text_config model_type qwen3_5_text) builds Qwen3-Next's layers: its layer_types'
+    linear_attention layers hold a Gated DeltaNet state, not KV, and the state's SSM part is the
+    config's mamba_ssm_dtype (float32) under an "auto" --mamba-ssm-cache-dtype, as
+    Qwen3_5ForConditionalGenerationConfig sets it (tests/oracle/test_kv_oracle.py checks the blocks
+    against vLLM's own code)."""
+    text = {
+        "model_type": "qwen3_5_text", "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 24,
+        "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 17408, "vocab_size": 248320,
+        "max_position_embeddings": 262144, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+        "linear_value_head_dim": 128, "mamba_ssm_dtype": "float32", "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    cfg = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5", "text_config": text}
+    spec = spec_from_config(cfg, "qwen3.5-27b-shaped")
+    assert [spec.layer_type(i) for i in range(4)] == ["linear_attention"] * 3 + ["full"]
+    assert spec.mamba_ssm_cache_dtype == "float32"
+    est = estimate(spec, Device("H20", 95.0, "cuda", 9), Settings(max_model_len=32768, max_num_seqs=16))
+    # 16 full-attention layers x 2 x 4 KV heads x 256 x 2 bytes (the 48 GDN layers hold no KV per token).
+    assert est.kv_bytes_per_token == 16 * 2 * 4 * 256 * 2
+    # Per GDN layer: conv (2 x 16 x 128 + 48 x 128) x 3 x 2 bytes + SSM 48 x 128 x 128 x 4 bytes (float32).
+    assert est.parts()["kv.ssm_state_bytes_per_seq"] == 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * 4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_fleet.accounting.base import CURRENT_VLLM, VOCAB_PAD, Accounting, MoeParallel, _ceil_div
+from vllm_fleet.model.families import QWEN_GDN_TYPES
 from vllm_fleet.model.spec import ModelSpec, QuantSpec
 
 # --------------------------------------------------------------------------
@@ -65,7 +66,7 @@ def _attention_bytes(spec: ModelSpec, tp: int, quant: QuantSpec | None, db: floa
     q_out = heads_r * hd
     kv_out = 2 * kv_r * hd
     # Qwen3-Next's gated attention projects a gate next to every query head (attn_output_gate).
-    gate = q_out if spec.model_type == "qwen3_next" else 0.0
+    gate = q_out if spec.model_type in QWEN_GDN_TYPES else 0.0
     total = _linear(h * (q_out + gate + kv_out), quant, db) + _linear(q_out * h, quant, db)
     if spec.attention_bias:
         total += (q_out + kv_out) * db
@@ -126,7 +127,7 @@ def _mlp_bytes(
         total += experts * 4  # e_score_correction_bias, fp32
     if spec.num_shared_experts:
         total += _linear(mats * h * spec.shared_expert_intermediate_size / tp, quant, db)
-        if spec.model_type.startswith("qwen2_moe") or spec.model_type == "qwen3_next":
+        if spec.model_type.startswith("qwen2_moe") or spec.model_type in QWEN_GDN_TYPES:
             total += h * db  # shared expert gate
     return total
 

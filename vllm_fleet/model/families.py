@@ -29,7 +29,11 @@ _MIXER_NAMES = {
     "mamba": "mamba", "mamba2": "mamba", "linear_attention": "linear_attention", "attention": "full",
     "full_attention": "full", "sliding_attention": "sliding", "M": "mamba", "*": "full", "-": "mlp", "E": "moe",
 }  # fmt: skip
-_HYBRID_TYPES = ("qwen3_next", "granitemoehybrid", "nemotron_h", "bamba", "jamba", "falcon_h1")
+# Qwen3-Next's Gated DeltaNet hybrid, and Qwen3.5 / 3.6 built from the same vLLM layers
+# (qwen3_5.py: Qwen3_5DecoderLayer subclasses Qwen3NextDecoderLayer; GDN linear attention and
+# Qwen3NextAttention with its output gate), read from text_config's model_type.
+QWEN_GDN_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+_HYBRID_TYPES = (*QWEN_GDN_TYPES, "granitemoehybrid", "nemotron_h", "bamba", "jamba", "falcon_h1")
 
 
 # transformers 5.19 (what vLLM 0.32 loads configs with): PreTrainedConfig.validate_layer_type runs
@@ -90,7 +94,7 @@ def _hybrid_layer_types(cfg: Mapping[str, Any], source: str, model_type: str, la
         if not isinstance(raw, str):
             raise PlanError(where, f"{_show(raw)} is not a pattern string", "e.g. M-M-M*-M-")
         raw = list(raw)
-    elif model_type == "qwen3_next" and raw is None:
+    elif model_type in QWEN_GDN_TYPES and raw is None:
         interval = _int(cfg, source, "full_attention_interval", default=4, minimum=1, maximum=MAX_LAYERS)
         return tuple("full" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers))
     elif model_type == "bamba":
@@ -126,12 +130,16 @@ def _mixer_fields(
         out["index_head_dim"] = _int(cfg, source, "index_head_dim", default=128, minimum=1, maximum=1 << 16)
     if not any(t in ("mamba", "linear_attention", "parallel") for t in layer_types):
         return out
-    if model_type == "qwen3_next":
-        # Missing keys take transformers' Qwen3NextConfig defaults, as vLLM loads them.
+    if model_type in QWEN_GDN_TYPES:
+        # Missing keys take transformers' Qwen3NextConfig (and Qwen3_5TextConfig) defaults, as vLLM loads them.
         defaults = {"linear_num_key_heads": 16, "linear_num_value_heads": 32}
         for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
             out[key] = _int(cfg, source, key, default=defaults.get(key, 128), minimum=1, maximum=1 << 16)
         out["linear_conv_kernel_dim"] = _int(cfg, source, "linear_conv_kernel_dim", default=4, minimum=1, maximum=64)
+        if model_type.startswith("qwen3_5") and cfg.get("mamba_ssm_dtype"):
+            # Qwen3_5ForConditionalGenerationConfig (vllm/model_executor/models/config.py): an "auto"
+            # --mamba-ssm-cache-dtype takes the config's mamba_ssm_dtype (float32 in Qwen3.5's).
+            out["mamba_ssm_cache_dtype"] = str(cfg["mamba_ssm_dtype"])
         return out
     if model_type == "nemotron_h":
         heads = _require(cfg, source, "mamba_num_heads", maximum=MAX_HEADS)
