@@ -212,3 +212,12 @@ def test_an_unset_utilization_is_lowered_to_what_starts_beside_nccl() -> None:
         plan_cluster(
             load_model("deepseek-ai/DeepSeek-R1"), cluster, Wishes(max_model_len=32768, gpu_memory_utilization=0.92)
         )
+
+
+@pytest.mark.parametrize(("version", "tokens"), [("0.27.0", 8192), ("0.28.0", 16384), ("0.32.0", 16384)])
+def test_the_160_gib_batch_tier_follows_the_release(version: str, tokens: int) -> None:
+    """EngineArgs.get_batch_defaults: a B200 (at least 160 GiB) gets 16,384 batched tokens from vLLM 0.28
+    on, 8,192 before (the 70 GiB tier)."""
+    b200 = Device("B200", 178.36, "cuda", 10)
+    est = estimate(load_model("meta-llama/Llama-3.1-8B"), b200, Settings(max_model_len=32768, vllm_version=version))
+    assert (est.max_num_batched_tokens, est.max_num_seqs) == (tokens, 1024)

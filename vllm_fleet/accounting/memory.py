@@ -45,6 +45,7 @@ from vllm_fleet.accounting.base import (
     Accounting,
     MoeParallel,
     _ceil_div,
+    parse_version,
 )
 from vllm_fleet.accounting.kv import (
     CHUNKED_HYBRID_ENV,
@@ -345,7 +346,9 @@ def resolve_batch_defaults(settings: Settings, device: Device, max_model_len: in
             tokens = 2048 if max_model_len > 32768 else max(max_model_len, 2048)
         return seqs, tokens
     large = device.total_gib >= 70 and "a100" not in device.name.lower() and "a800" not in device.name.lower()
-    if device.total_gib >= 160:
+    # EngineArgs.get_batch_defaults: the 160 GiB tier came in 0.28 (read in the sdists of 0.14,
+    # 0.20, 0.26, 0.27 without it, 0.28 to 0.32 with it); below it the 70 GiB tier.
+    if device.total_gib >= 160 and parse_version(settings.vllm_version) >= (0, 28):
         default_tokens, default_seqs = 16384, 1024
     elif large:
         default_tokens, default_seqs = 8192, 1024
