@@ -27,6 +27,8 @@ from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.inventory import interface
+from vllm_fleet.model.families import check_layer_types
+from vllm_fleet.model.length import _rope_parameters
 from vllm_fleet.model.spec import load_model, spec_from_config
 from vllm_fleet.planning.cluster import cluster_from_data, load_cluster
 from vllm_fleet.planning.strategy import Wishes, plan_cluster
@@ -187,22 +189,51 @@ def test_bad_numbers_on_the_command_line_exit_2(
         ),
         pytest.param(Settings(max_num_seqs=False), r"--max-num-seqs: must be a positive integer", id="seqs-bool"),
         pytest.param(Settings(layer_partition=[True]), r"--layer-partition: must be a list", id="partition-bool"),  # type: ignore[list-item]
-        pytest.param(
-            Settings(max_num_batched_tokens=64, max_num_seqs=128),
-            r"--max-num-batched-tokens: max_num_batched_tokens \(64\) must be greater than or equal to max_num_seqs "
-            r"\(128\) \(vLLM refuses to start\)",
-            id="tokens-below-seqs",
-        ),
-        pytest.param(
-            Settings(max_num_seqs=16384),  # vLLM's default batched tokens on an H100 stay 8,192
-            r"--max-num-seqs: max_num_batched_tokens \(8192\) must be greater than or equal to max_num_seqs \(16384\)",
-            id="seqs-above-default-tokens",
-        ),
     ],
 )
 def test_bad_settings_name_the_flag(settings: Settings, message: str) -> None:
     with pytest.raises(PlanError, match=message):
         estimate(load_model("Qwen/Qwen3-8B"), Device("H100", 79.19), settings)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"rope_scaling": {}}, id="rope-empty"),
+        pytest.param({"rope_scaling": False}, id="rope-false"),
+        pytest.param({"rope_scaling": {"rope_type": "telechat3-yarn", "factor": 4.0}}, id="telechat3-yarn"),
+        pytest.param({"rope_scaling": {"type": "su", "rope_type": "longrope"}}, id="su-longrope"),
+        pytest.param(
+            {"rope_scaling": {"rope_type": "bogus"}, "dual_chunk_attention_config": {"chunk_size": 8}}, id="dual-chunk"
+        ),
+        pytest.param({"model_type": "nemotron_h", "layer_types": ["mlp"]}, id="nemotron-h-own-check"),
+    ],
+)
+def test_configs_vllm_loads_are_not_refused(changes: dict[str, Any]) -> None:
+    """What vLLM's own patching or the config's own class accepts is not refused by the planner's
+    copies of transformers' and vLLM's checks."""
+    cfg = _cfg(**changes)
+    _rope_parameters(cfg)
+    check_layer_types(cfg, "config.json", 4)
+
+
+def test_batched_tokens_below_the_sequences_do_not_start() -> None:
+    """SchedulerConfig refuses max_num_batched_tokens below max_num_seqs, given or defaulted: that
+    layout does not fit, with vLLM's message; an unset max_num_seqs is lowered to the batched tokens
+    instead (EngineArgs), so giving the tokens alone starts."""
+    spec, h100 = load_model("Qwen/Qwen3-8B"), Device("H100", 79.19)
+    est = estimate(spec, h100, Settings(max_num_batched_tokens=64, max_num_seqs=128, max_model_len=4096))
+    assert not est.fits
+    assert est.reason.startswith("max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (128)")
+    est = estimate(spec, h100, Settings(max_num_seqs=16384, max_model_len=4096))  # the H100 default: 8,192 tokens
+    assert not est.fits and "max_num_batched_tokens (8192)" in est.reason
+    est = estimate(spec, h100, Settings(max_num_batched_tokens=512, max_model_len=4096))
+    assert est.fits and (est.max_num_seqs, est.max_num_batched_tokens) == (512, 512)
+    # A cluster where one GPU's defaults refuse the asked sequences and another's do not.
+    nodes = [{"name": "h", "gpu": "H100-SXM", "gpu_count": 1}, {"name": "l", "gpu": "L20", "gpu_count": 1}]
+    plan = plan_cluster(spec, cluster_from_data({"nodes": nodes}), Wishes(max_model_len=4096, max_num_seqs=4096))
+    assert {i["gpu"] for i in plan["instances"]} == {"H100-SXM"}
+    assert any("max_num_batched_tokens (2048)" in r["reason"] for r in plan["rejected"])
 
 
 def test_nan_gpu_memory_is_refused() -> None:
@@ -388,6 +419,11 @@ GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128}
             id="layer-types-unknown",
         ),
         pytest.param(_cfg(layer_types="full_attention"), r"layer_types: 'full_attention' is not a list", id="lt-str"),
+        pytest.param(
+            _cfg(rope_scaling={"rope_type": "yarn", "type": "linear", "factor": 2.0}),
+            r"rope_scaling: Found conflicts between 'rope_type=yarn' \(modern field\) and 'type=linear'",
+            id="rope-conflict",
+        ),
     ],
 )
 def test_impossible_config_names_the_key(cfg: dict[str, Any], message: str) -> None:

@@ -338,14 +338,17 @@ def resolve_batch_defaults(settings: Settings, device: Device, max_model_len: in
     if device.kind == "cpu":
         seqs = seqs or 128 * world
         tokens = tokens or 2048 * world
-        return seqs, min(tokens, seqs * max_model_len) if not settings.max_num_batched_tokens else tokens
+        tokens = min(tokens, seqs * max_model_len) if not settings.max_num_batched_tokens else tokens
+        # EngineArgs: an unset max_num_seqs is never above the batched tokens.
+        return (seqs if settings.max_num_seqs else min(seqs, tokens)), tokens
     if acct.engine == "v0":
         seqs = seqs or 256
         if tokens is None:
             # V0 turned chunked prefill on by default above 32K context.
             tokens = 2048 if max_model_len > 32768 else max(max_model_len, 2048)
         return seqs, tokens
-    large = device.total_gib >= 70 and "a100" not in device.name.lower() and "a800" not in device.name.lower()
+    # vLLM leaves out the A100 by name only ("a100" not in the device name): an A800 is large.
+    large = device.total_gib >= 70 and "a100" not in device.name.lower()
     # EngineArgs.get_batch_defaults: the 160 GiB tier came in 0.28 (read in the sdists of 0.14,
     # 0.20, 0.26, 0.27 without it, 0.28 to 0.32 with it); below it the 70 GiB tier.
     if device.total_gib >= 160 and parse_version(settings.vllm_version) >= (0, 28):
@@ -357,6 +360,8 @@ def resolve_batch_defaults(settings: Settings, device: Device, max_model_len: in
     seqs = seqs or default_seqs
     if tokens is None:
         tokens = min(default_tokens, seqs * max_model_len)
+    if not settings.max_num_seqs:
+        seqs = min(seqs, tokens)  # EngineArgs: an unset max_num_seqs is lowered to the batched tokens
     return seqs, tokens
 
 
@@ -474,15 +479,16 @@ def _estimate(
         )
     smallest = min(stage_devices, key=lambda d: d.total_gib)
     seqs, tokens = resolve_batch_defaults(settings, smallest, mml, tp * pp)
-    if acct.engine == "v1" and tokens < seqs:
-        # SchedulerConfig.verify_max_model_len (vllm/config/scheduler.py, 0.32): a refusal at start.
-        given = "--max-num-batched-tokens" if settings.max_num_batched_tokens else "--max-num-seqs"
-        raise PlanError(
-            given,
-            f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs}) "
-            "(vLLM refuses to start)",
-            f"raise --max-num-batched-tokens to {seqs} or more, or lower --max-num-seqs to {tokens} or less",
-        )
+    # SchedulerConfig (vllm/config/scheduler.py, 0.32) refuses to start then: this layout does not
+    # fit (another GPU's defaults may). Not modelled: models without chunked prefill (encoder-only
+    # or MEAN/CLS pooling), whose default batch vLLM raises to the length.
+    batch_refusal = (
+        f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs}) "
+        f"(vLLM refuses to start); raise --max-num-batched-tokens to {seqs} or more, or lower "
+        f"--max-num-seqs to {tokens} or less"
+        if acct.engine == "v1" and tokens < seqs
+        else ""
+    )
     quant = _quant(spec, settings)
     db = _dtype_bytes(spec, settings, smallest)
     kv_b = _kv_dtype_bytes(settings, db)
@@ -710,6 +716,8 @@ def _estimate(
                         "(vLLM skips profiling-based sizing and runs out of memory); lower it"
                     )
                     break
+    if batch_refusal:
+        fits, reason = False, batch_refusal
     mm_assumptions = _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode) if vision is not None else []
     if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
         notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")

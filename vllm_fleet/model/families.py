@@ -50,10 +50,16 @@ LEGACY_LAYER_TYPES = {
 }  # fmt: skip
 
 
+# Config classes that fix or allow other layer_types themselves: Step3p5 trims MTP padding,
+# HY v4 maps its sparse names, Nemotron-H allows "mlp" and only warns on the length.
+OWN_LAYER_TYPES = ("step3p5", "hy_v4", "nemotron_h")
+
+
 def check_layer_types(cfg: Mapping[str, Any], source: str, layers: int) -> None:
-    """transformers' check of config.json's ``layer_types`` (a refusal when vLLM loads the model)."""
+    """transformers' check of config.json's ``layer_types`` (a refusal when vLLM loads the model),
+    for the config classes that use its base validator."""
     raw = cfg.get("layer_types")
-    if raw is None:
+    if raw is None or str(cfg.get("model_type") or "") in OWN_LAYER_TYPES:
         return
     where = f"{source}:layer_types"
     if not isinstance(raw, list):

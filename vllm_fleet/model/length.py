@@ -45,7 +45,7 @@ def _rope_parameters(cfg: Mapping[str, Any], source: str = "config.json") -> lis
     """The RoPE parameter sets (one per layer type when nested), as vLLM iterates them; what
     vLLM or transformers refuse to load is refused here with their reason."""
     raw = _get(cfg, "rope_parameters", "rope_scaling")
-    if raw is None:
+    if not raw:  # transformers reads an empty or false value as none (rope_scaling or rope_parameters)
         return []
     if not isinstance(raw, Mapping):
         raise PlanError(
@@ -60,8 +60,16 @@ def _rope_parameters(cfg: Mapping[str, Any], source: str = "config.json") -> lis
     else:
         params = [raw]
     for rp in params:
+        modern, legacy = rp.get("rope_type"), rp.get("type")
+        if modern is not None and legacy is not None and modern != legacy and (legacy, modern) not in _ROPE_ALIASES:
+            raise PlanError(
+                f"{source}:rope_scaling",
+                f"Found conflicts between 'rope_type={modern}' (modern field) and 'type={legacy}' (legacy field): "
+                "vLLM refuses the config (patch_rope_parameters)",
+                "keep one of them",
+            )
         rope_type = _rope_type(rp)
-        if rope_type not in ROPE_TYPES:
+        if rope_type not in ROPE_TYPES and cfg.get("dual_chunk_attention_config") is None:
             raise PlanError(
                 f"{source}:rope_scaling.rope_type",
                 f"{rope_type!r}: vLLM raises 'Unknown RoPE scaling type {rope_type}' when it loads the model "
@@ -146,11 +154,15 @@ def _derived_max_len(
     return (0.0 if unbounded else length), key, float(model_max) if model_max else None, default
 
 
+# Legacy (type, rope_type) pairs patch_rope_parameters accepts together.
+_ROPE_ALIASES = {("su", "longrope"), ("mrope", "default")}
+
+
 def _rope_type(rp: Mapping[str, Any]) -> str:
     """The RoPE type as vLLM reads it after ``patch_rope_parameters`` (legacy ``type``
-    key, ``su`` -> ``longrope``, ``mrope`` -> ``default``)."""
+    key, ``su`` -> ``longrope``, ``mrope`` -> ``default``, ``telechat3-yarn`` -> ``yarn``)."""
     rope_type = str(rp.get("rope_type", rp.get("type", "default")))
-    return {"su": "longrope", "mrope": "default"}.get(rope_type, rope_type)
+    return {"su": "longrope", "mrope": "default", "telechat3-yarn": "yarn"}.get(rope_type, rope_type)
 
 
 def check_max_model_len(
