@@ -262,6 +262,12 @@ def test_gateway_on_its_own_host() -> None:
         ("gateway", "127.0.0.1:8080"), ("direct", "10.77.0.11:8000"), ("direct", "10.77.0.12:8000"),
     ]  # fmt: skip
     assert {t["model"] for t in shared["verify"]["targets"]} == {"tiny-llama"}
+    # Behind vllm-router, vLLM 0.32 serves the render endpoint cache_aware routes by
+    # (--enable-scale-out; it answers 403 without); nginx needs no such flag, nor does 0.31.
+    assert "--enable-scale-out" in records.node_record(plan, "node1", routed, context)["launches"][0]["argv"]
+    assert "--enable-scale-out" not in records.node_record(plan, "node1", settings, context)["launches"][0]["argv"]
+    older = {**routed, "vllm_version": "0.31.0"}
+    assert "--enable-scale-out" not in records.node_record(plan, "node1", older, context)["launches"][0]["argv"]
     # Its own members and the gateway host, which is also the monitoring host (auto: two replicas).
     assert rec["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]
     gateway_node = records.node_record(plan, "node3", settings, context)

@@ -343,6 +343,14 @@ def node_record(
         built = {path: str(settings.get("model") or "")} if path and settings.get("build_model") else {}
     options["model"] = None if several else path
     launches = serve.launches(here, node, options)
+    gw = common["gateway"]
+    if gw["enabled"] and gw["balancer"] == "vllm-router" and _at_least(version, (0, 32)):
+        # vllm-router's cache_aware asks each replica to render the prompt into tokens
+        # (/v1/completions/render) before it routes; vLLM 0.32 answers that with 403 unless
+        # --enable-scale-out, and the router then routes by load alone, with no prefix affinity.
+        for launch in launches:
+            if launch["serves"] and SCALE_OUT not in launch["argv"]:
+                launch["argv"].append(SCALE_OUT)
     if not launches:
         built = {}  # built only where a vllm serve runs (the record owns it; the playbook loops over it)
     # Where a group's members differ in RDMA, its NCCL runs on sockets (vllm_fleet/deploy/rdma.py).
@@ -570,6 +578,17 @@ def prepare_of(
         "summary": f"{'CPU' if cpu else 'GPU'} node, "
         f"{'containers' if container else 'Ray and vLLM on the host (systemd)'}; model {source}.",
     }
+
+
+SCALE_OUT = "--enable-scale-out"
+
+
+def _at_least(version: str, release: tuple[int, int]) -> bool:
+    parts = version.lstrip("v").split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) >= release
+    except (IndexError, ValueError):
+        return True  # not a version: the current release
 
 
 def _group(inst: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:
