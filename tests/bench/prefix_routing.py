@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -124,7 +125,10 @@ def replicas(python: Path, model: Path, tmp: Path, kv_tokens: int) -> Iterator[l
             )
             argv = [str(python.parent / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
                     "--served-model-name", MODEL_NAME, "--max-model-len", "2048", "--max-num-seqs", "4",
-                    "--kv-cache-memory-bytes", str(kv_tokens * KV_BYTES_PER_TOKEN), "--enforce-eager"]  # fmt: skip
+                    "--kv-cache-memory-bytes", str(kv_tokens * KV_BYTES_PER_TOKEN), "--enforce-eager",
+                    # vllm-router's cache_aware renders each prompt on the replicas first
+                    # (/v1/completions/render), which vLLM 0.32 refuses (403) without it.
+                    "--enable-scale-out"]  # fmt: skip
             log = (tmp / f"replica-{i}.log").open("wb")
             proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             started.append(Replica(proc, port))
@@ -142,13 +146,34 @@ def replicas(python: Path, model: Path, tmp: Path, kv_tokens: int) -> Iterator[l
                 os.killpg(r.proc.pid, signal.SIGKILL)
 
 
+ROUTER_METRICS: dict[str, int] = {}
+
+
+def router_decisions() -> dict[str, float]:
+    """cache_aware's routing decisions so far, by outcome (prefix_hit, prefix_miss, missing_tokens,
+    load_imbalance), from the router's own /metrics."""
+    port = ROUTER_METRICS.get("port")
+    if not port:
+        return {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm_router_prefix_routing_decisions_total{"):
+            outcome = re.search(r'outcome="([^"]+)"', line)
+            if outcome:
+                out[outcome.group(1)] = out.get(outcome.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 @contextmanager
 def router(upstreams: list[str], tmp: Path) -> Iterator[str]:
     venv = images.router_venv()
     port = gateway_local.free_port()
+    ROUTER_METRICS["port"] = gateway_local.free_port()
     argv = [str(venv / "bin/vllm-router"), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *upstreams,
             "--policy", "cache_aware", "--health-check-interval-secs", "2", "--health-failure-threshold", "2",
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(gateway_local.free_port()),
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(ROUTER_METRICS["port"]),
             "--log-level", "warning"]  # fmt: skip
     log = (tmp / "router.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -313,6 +338,7 @@ def main() -> int:
                                        route_by_model=False) as gw, router(urls, tmp) as rt:  # fmt: skip
                 results.append(phase("nginx least_conn", gw["url"], urls, docs[0], args.requests, args.concurrency))
                 results.append(phase("vllm-router cache_aware", rt, urls, docs[1], args.requests, args.concurrency))
+                decisions = router_decisions()
                 latency = added_latency({"replica": urls[0], "nginx": gw["url"], "vllm-router": rt}, 40)
                 results.append(
                     phase("vllm-router, replica 2 killed", rt, urls, docs[2], args.requests, args.concurrency,
@@ -331,6 +357,7 @@ def main() -> int:
     base = latency["replica"]
     print(f"\nshort request, p50 of 40: replica {base} ms, nginx +{latency['nginx'] - base:.2f} ms, "
           f"vllm-router +{latency['vllm-router'] - base:.2f} ms")  # fmt: skip
+    print(f"vllm-router cache_aware decisions in its phase (its /metrics): {decisions or 'none recorded'}")
     for r in results:
         if r["first_failures"]:
             print(f"{r['route']}: first failures {r['first_failures']}")
