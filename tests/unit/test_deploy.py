@@ -268,6 +268,17 @@ def test_gateway_on_its_own_host() -> None:
     assert "--enable-scale-out" not in records.node_record(plan, "node1", settings, context)["launches"][0]["argv"]
     older = {**routed, "vllm_version": "0.31.0"}
     assert "--enable-scale-out" not in records.node_record(plan, "node1", older, context)["launches"][0]["argv"]
+    # Prometheus on the gateway host scrapes the router's own metrics (job router), at the role's
+    # llm_gateway_router_metrics_port; behind nginx there is no such job.
+    scraped = deployment.deployment_of(plan, {**routed, "monitoring": "true"}, context)["monitoring"]["targets"]
+    assert scraped["router"] == [{"target": "127.0.0.1:8300", "labels": {"gateway": "node3", "model": "tiny-llama"}}]
+    moved = {**context, "role_vars": {"llm_gateway_router_metrics_port": 9300}}
+    scraped = deployment.deployment_of(plan, {**routed, "monitoring": "true"}, moved)["monitoring"]["targets"]
+    assert scraped["router"][0]["target"] == "127.0.0.1:9300"
+    assert (
+        deployment.deployment_of(plan, {**settings, "monitoring": "true"}, context)["monitoring"]["targets"]["router"]
+        == []
+    )
     # Its own members and the gateway host, which is also the monitoring host (auto: two replicas).
     assert rec["firewall_sources"] == ["10.77.0.11", "10.77.0.13"]
     gateway_node = records.node_record(plan, "node3", settings, context)

@@ -75,7 +75,7 @@ VLLM_METRICS: dict[str, MetricKind] = {
 }
 
 # The scrape jobs the monitoring role renders.
-SCRAPE_JOBS = ("vllm", "ray", "gateway", "node", "dcgm", "prometheus")
+SCRAPE_JOBS = ("vllm", "ray", "gateway", "router", "node", "dcgm", "prometheus")
 
 # Grafana's built-in variables, by values Prometheus accepts.
 BUILTIN_VALUES = {

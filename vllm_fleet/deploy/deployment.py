@@ -105,11 +105,14 @@ def deployment_of(
     ctx = dict(context or {})
     gateway = gateway_of(plan, settings)
     ray_vars = overlay("ray_cluster", RAY_KEYS, ctx.get("role_vars"))
+    router_vars = overlay("llm_gateway", ("router_metrics_port",), ctx.get("role_vars"))
     return {
         "format": DEPLOYMENT_FORMAT,
         "gateway": gateway,
         "verify": verify_plan(plan, settings, gateway),
-        "monitoring": monitoring_of(plan, settings, gateway, dict(ctx.get("addresses") or {}), ray_vars),
+        "monitoring": monitoring_of(
+            plan, settings, gateway, dict(ctx.get("addresses") or {}), ray_vars, int(router_vars["router_metrics_port"])
+        ),
         "rolling": rolling_of(plan, settings, gateway),
     }
 
@@ -204,6 +207,7 @@ def monitoring_of(
     gateway: dict[str, Any],
     addresses: dict[str, str],
     ray_vars: dict[str, Any],
+    router_metrics_port: int = 8300,
 ) -> dict[str, Any]:
     """Whether Prometheus runs, where, and what it scrapes: every instance's /metrics (its
     API port), Ray's metrics export port on every Ray node, the gateway (nginx exporter on
@@ -230,6 +234,7 @@ def monitoring_of(
         + ([] if host in serving else [{"target": f"127.0.0.1:{exporter_port}", "labels": {"node": host}}]),
         "ray": [],
         "gateway": [],
+        "router": [],
         "dcgm": [],
     }
     ray_nodes = sorted({n for i in plan["instances"] if i["executor"] == "ray" for n in i["nodes"]})
@@ -244,6 +249,18 @@ def monitoring_of(
     ]
     if gateway["enabled"]:
         targets["gateway"] = [{"target": f"127.0.0.1:{NGINX_EXPORTER_PORT}", "labels": {"gateway": gateway["host"]}}]
+    if gateway["enabled"] and gateway["balancer"] == "vllm-router" and gateway["host"] == host:
+        # Model N's vllm-router exports its metrics on the gateway host's loopback, port
+        # llm_gateway_router_metrics_port + N (one router with one model): the routing decisions
+        # (vllm_router_prefix_routing_decisions_total), loads and tree sizes.
+        routes = gateway["routes"] or [{"model": served_name(plan)}]
+        targets["router"] = [
+            {
+                "target": f"127.0.0.1:{router_metrics_port + n}",
+                "labels": {"gateway": gateway["host"], "model": r["model"]},
+            }
+            for n, r in enumerate(routes)
+        ]
     runtime = str(settings.get("runtime") or "container")
     gpu_nodes = sorted({n for i in plan["instances"] if i.get("device") != "cpu" for n in i["nodes"]})
     if runtime == "container":
