@@ -328,6 +328,10 @@ def test_the_cli_writes_the_stream_and_refuses_bad_input(tmp_path: Path, capsys:
     ]:
         assert cli.main(["kubernetes", "--plan", str(plan), *argv]) == 2
         assert message in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"instances": [{"name": "x"}]}))
+    assert cli.main(["kubernetes", "--plan", str(broken)]) == 2
+    assert "--plan: malformed plan (KeyError: 'stages')" in capsys.readouterr().err
     allocation = tmp_path / "allocation.json"
     allocation.write_text(json.dumps({"models": []}))
     assert cli.main(["kubernetes", "--plan", str(allocation)]) == 2

@@ -59,6 +59,12 @@ def test_the_collection_builds_documents_its_filters_and_plans(tmp_path: Path) -
           "--tags", "plan", "-e", f"vllm_fleet_artifacts_dir={art}"], tmp_path, **env)  # fmt: skip
     plan = json.loads((art / "plan.json").read_text())
     assert plan["instances"][0]["pipeline_parallel_size"] == 2
+    # The collection's own planner finds its site playbook (playbooks/site.yml) for `kubernetes -i`.
+    root = installed / "ansible_collections/vllm_fleet/core"
+    inventory = str(ROOT / "inventories/example-2x8xa800")
+    done = _run([sys.executable, "-m", "vllm_fleet.cli", "kubernetes", "-i", inventory], tmp_path,
+                PYTHONPATH=str(root), **env)  # fmt: skip
+    assert "kind: LeaderWorkerSet" in done.stdout
 
 
 def test_sdist_and_wheel_build_and_the_wheel_works_alone(tmp_path: Path) -> None:

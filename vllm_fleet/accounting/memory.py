@@ -673,19 +673,7 @@ def _estimate(
         )
     # request_memory (v1/worker/utils.py): vLLM refuses to start when the free memory is below
     # total x gpu_memory_utilization; the most it starts with, over the stages.
-    start_limits = [
-        math.floor(
-            (
-                ((s["device"].free_gib if s["device"].free_gib is not None else s["device"].total_gib) * GIB)
-                - s["nt_out"]
-            )
-            / (s["device"].total_gib * GIB)
-            * 100
-        )
-        / 100
-        for s in stage_info
-        if s["device"].kind != "cpu" and s["device"].total_gib > 0
-    ]
+    start_limits = [_start_limit(s) for s in stage_info if s["device"].kind != "cpu" and s["device"].total_gib > 0]
     if worst["available"] > 0 and num_blocks - reserve >= need:
         for info in stage_info:
             dev = info["device"]
@@ -695,7 +683,7 @@ def _estimate(
             free = (dev.free_gib if dev.free_gib is not None else dev.total_gib) * GIB
             if needed > free:
                 fits = False
-                most = math.floor((free - info["nt_out"]) / (dev.total_gib * GIB) * 100) / 100
+                most = _start_limit(info)
                 reason = (
                     f"gpu_memory_utilization {settings.utilization} asks for "
                     f"{info['budget'] / GIB:.2f} GiB but only {(free - info['nt_out']) / GIB:.2f} GiB is free after "
@@ -756,6 +744,14 @@ def _estimate(
         option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
     return est, min(start_limits) if start_limits else None
+
+
+def _start_limit(stage: dict[str, Any]) -> float:
+    """The most gpu_memory_utilization a stage's GPU starts with: its free memory (the whole GPU
+    when not measured) less vLLM's CUDA context and NCCL, over its total, rounded down to 0.01."""
+    dev = stage["device"]
+    free = (dev.free_gib if dev.free_gib is not None else dev.total_gib) * GIB
+    return float(math.floor((free - stage["nt_out"]) / (dev.total_gib * GIB) * 100) / 100)
 
 
 def _llama4_assumptions(spec: ModelSpec, layout: _KvLayout, settings: Settings) -> list[str]:

@@ -133,7 +133,7 @@ def gateway_checks(plan: dict[str, Any], settings: dict[str, Any]) -> list[str]:
         return []
     loopback = ipaddress.ip_address(gw["listen"]).is_loopback
     if loopback:
-        monitoring = monitoring_of(plan, settings, gw, {}, {"metrics_export_port": 0})
+        monitoring = monitoring_of(plan, settings, gw, {}, {"metrics_export_port": 0}, 0)
         if monitoring["enabled"] and monitoring["host"] != gw["host"]:
             raise PlanError(
                 "vllm_fleet_monitoring_host",
@@ -207,7 +207,7 @@ def monitoring_of(
     gateway: dict[str, Any],
     addresses: dict[str, str],
     ray_vars: dict[str, Any],
-    router_metrics_port: int = 8300,
+    router_metrics_port: int,
 ) -> dict[str, Any]:
     """Whether Prometheus runs, where, and what it scrapes: every instance's /metrics (its
     API port), Ray's metrics export port on every Ray node, the gateway (nginx exporter on

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from vllm_fleet.accounting.base import parse_version
 from vllm_fleet.deploy import rdma, serve
 from vllm_fleet.deploy.deployment import (
     DCGM_PORT,
@@ -145,7 +146,12 @@ SECRET_ROLE_VARS = secret_role_vars()
 def is_secret_role_var(name: str) -> bool:
     """A role variable the planner must never copy (it would reach facts, which Ansible prints
     at -v): declared ``no_log``, or named like a secret (``*_token``, ``*_key``, ``*_password``)."""
-    return name in SECRET_ROLE_VARS or bool(_SECRET_NAME.search(name))
+    return name in SECRET_ROLE_VARS or looks_secret(name)
+
+
+def looks_secret(name: str) -> bool:
+    """A variable named like a secret (``*_token``, ``*_key``, ``*_password``, ``*_secret``), any case."""
+    return bool(_SECRET_NAME.search(name.lower()))
 
 
 def _instances_here(plan: dict[str, Any], node: str) -> list[dict[str, Any]]:
@@ -344,7 +350,7 @@ def node_record(
     options["model"] = None if several else path
     launches = serve.launches(here, node, options)
     gw = common["gateway"]
-    if gw["enabled"] and gw["balancer"] == "vllm-router" and _at_least(version, (0, 32)):
+    if gw["enabled"] and gw["balancer"] == "vllm-router" and parse_version(version) >= (0, 32):
         # vllm-router's cache_aware asks each replica to render the prompt into tokens
         # (/v1/completions/render) before it routes; vLLM 0.32 answers that with 403 unless
         # --enable-scale-out, and the router then routes by load alone, with no prefix affinity.
@@ -581,14 +587,6 @@ def prepare_of(
 
 
 SCALE_OUT = "--enable-scale-out"
-
-
-def _at_least(version: str, release: tuple[int, int]) -> bool:
-    parts = version.lstrip("v").split(".")
-    try:
-        return (int(parts[0]), int(parts[1])) >= release
-    except (IndexError, ValueError):
-        return True  # not a version: the current release
 
 
 def _group(inst: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:

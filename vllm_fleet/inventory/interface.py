@@ -445,7 +445,7 @@ def _shared_monitoring(plan: Mapping[str, Any], settings: Mapping[str, Any]) -> 
     """Monitoring's deployment-wide part for the port check, once: the monitoring plan and the
     nodes that serve (and those with a GPU instance), so that each node's check is O(1)."""
     gateway = deployment.gateway_of(dict(plan), dict(settings))
-    mon = deployment.monitoring_of(dict(plan), dict(settings), gateway, {}, {"metrics_export_port": 0})
+    mon = deployment.monitoring_of(dict(plan), dict(settings), gateway, {}, {"metrics_export_port": 0}, 0)
     instances = plan.get("instances") or []
     return {
         **mon,

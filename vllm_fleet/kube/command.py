@@ -49,12 +49,25 @@ def read_plan(path: Path, flag: str) -> dict[str, Any]:
     return plan
 
 
+def site_playbook() -> Path:
+    """site.yml of a checkout, or of the installed collection (playbooks/site.yml)."""
+    for path in (ROOT / "site.yml", ROOT / "playbooks" / "site.yml"):
+        if path.is_file():
+            return path
+    raise PlanError(
+        "--inventory",
+        f"no site.yml beside this vllm-fleet ({ROOT})",
+        "run it from a checkout or the vllm_fleet.core collection, or pass --plan artifacts/plan.json",
+    )
+
+
 def plan_from_inventory(inventory: str) -> dict[str, Any]:
     """The inventory's plan, computed by its own plan play (``--tags plan``: no host is reached)."""
+    playbook = site_playbook()
     with tempfile.TemporaryDirectory(prefix="vllm-fleet-kubernetes-") as tmp:
         argv = [
             tools.tool("ansible-playbook", "--inventory"),
-            str(ROOT / "site.yml"),
+            str(playbook),
             "-i",
             tools.inventory(inventory),
             "--tags",
@@ -111,7 +124,17 @@ def run_args(args: argparse.Namespace) -> int:
     opts = options_from(args)
     plan = plan_from_inventory(args.inventory) if args.inventory else read_plan(args.plan, "--plan")
     given = serve_options(args.inventory, [str(n["name"]) for n in plan.get("nodes") or []]) if args.inventory else None
-    objects, notes = manifests(plan, opts, given)
+    try:
+        objects, notes = manifests(plan, opts, given)
+    except PlanError:
+        raise
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        # A hand-edited or foreign plan file: name what broke, not a traceback.
+        raise PlanError(
+            "--plan" if args.plan else "--inventory",
+            f"malformed plan ({type(exc).__name__}: {exc})",
+            "write it with `vllm-fleet plan --json` or `ansible-playbook site.yml --tags plan`",
+        ) from exc
     source = args.inventory or str(args.plan)
     header = f"# vllm-fleet {plan.get('summary') or ''}\n# rendered by `vllm-fleet kubernetes` from {source}\n"
     text = to_yaml(objects, header)

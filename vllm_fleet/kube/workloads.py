@@ -15,6 +15,7 @@ from typing import Any
 
 from vllm_fleet.deploy import serve
 from vllm_fleet.deploy.deployment import instance_served_name
+from vllm_fleet.deploy.records import looks_secret
 from vllm_fleet.errors import PlanError
 from vllm_fleet.kube.options import GPU_RESOURCE, PRODUCT_LABEL, KubeOptions
 from vllm_fleet.kube.pods import (
@@ -51,10 +52,6 @@ def name_of(*parts: str, key: str = "", limit: int = 45) -> str:
     return f"{slug('-'.join(parts), limit - 7)}-{digest}"
 
 
-# A variable that holds a secret must come from a Secret: a manifest holds env values in plain text.
-_SECRET_ENV = re.compile(r"(TOKEN|API_KEY|_KEY|PASSWORD|SECRET)$")
-
-
 def labels(opts: KubeOptions, component: str, **extra: str) -> dict[str, str]:
     return {PART_OF: opts.name, COMPONENT: component, **extra}
 
@@ -79,7 +76,8 @@ def serve_options(node: str, given: Mapping[str, Mapping[str, Any]] | None) -> d
     parsers, extra_args, extra_env, ...), as its inventory gives them; none from a bare plan."""
     mine = {k: v for k, v in dict((given or {}).get(node) or {}).items() if v is not None}
     for name in dict(mine.get("extra_env") or {}):
-        if _SECRET_ENV.search(str(name).upper()):
+        # A secret must come from a Secret: a manifest holds env values in plain text.
+        if looks_secret(str(name)):
             raise PlanError(
                 f"vllm_fleet_extra_env of {node}",
                 f"{name} looks like a secret, and a manifest holds environment values in plain text",
