@@ -407,6 +407,8 @@ def node_record(
     return {
         "format": RECORD_FORMAT,
         "node": node,
+        # The node's address on the cluster network (what the others reach it at).
+        "address": exporter_address,
         "runtime": runtime,
         "cpu": cpu,
         "vllm": {

@@ -2,11 +2,17 @@
 """Check a model folder on this node: config.json parses, every safetensors file is whole
 (size = 8 + header length + the end of the last tensor), the index's files are all there.
 
-    verify_model.py DIR   -> prints {"files": N, "bytes": B, "problems": [...]}; exit 1 on a problem
+    verify_model.py DIR   -> prints {"files": N, "bytes": B, "fingerprint": F, "problems": [...]};
+                             exit 1 on a problem
+
+``fingerprint``: every file's relative path, size and modification second, hashed. Two nodes
+with the same fingerprint hold the same files as rsync -a sees them (the fan-out compares each
+node's with the first node's, tasks/fanout.yml).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import sys
@@ -37,7 +43,16 @@ def check(folder: Path) -> dict[str, object]:
         wanted = set(json.loads(index.read_text()).get("weight_map", {}).values())
         missing = [name for name in sorted(wanted) if not (folder / name).exists()]
         problems += [f"{name}: listed in the index but missing" for name in missing]
-    return {"files": len(files), "bytes": sum(p.stat().st_size for p in files), "problems": problems}
+    digest = hashlib.sha256()
+    for path in files:
+        stat = path.stat()
+        digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{int(stat.st_mtime)}\n".encode())
+    return {
+        "files": len(files),
+        "bytes": sum(p.stat().st_size for p in files),
+        "fingerprint": digest.hexdigest(),
+        "problems": problems,
+    }
 
 
 if __name__ == "__main__":
