@@ -6,8 +6,8 @@
 #   make test-unit   the fast loop (planner unit tests)
 #   make check       lint + unit + integration, no test hosts
 #   make test-hosts  only the host stage of `make test`
-#   make test-extended  the extended checks make test leaves out (docs/testing.md "CI time"): the container
-#                    test, the system tests marked extended, the harness self-test
+#   make test-extended  the extended checks make test leaves out (docs/testing.md "CI time"): the system
+#                    tests marked extended (test_multinode), the harness self-test
 #   make test-containers  site.yml with the container runtime on hosts that run their own Docker Engine
 #                    (the stand-in serving image, built once per machine; about 30 min fresh)
 #   make up / down   start test hosts (and the Docker Engine) and keep them / remove them
@@ -17,6 +17,8 @@
 #   make bench-day2  rolling update, hung replica and scrape figures on the test hosts (about 10 min)
 #   make bench-routing  what the gateway (one model, and routing by model with njs) adds per request
 #   make bench-prefix   prefix-cache hit rate and TTFT: nginx least_conn against vllm-router cache_aware (about 10 min)
+#   make bench-distribute  the serving image and a 2 GiB model to 3 hosts: through the controller against the
+#                    cluster's registry and the node-to-node fan-out, beside the disk's write bandwidth (about 15 min)
 #   make bench-scale the plan phase at 32, 128, 512 and 1,000 inventory hosts (time, controller RSS) and
 #                    one node's record as the cluster grows (about 3 min, no host reached)
 #   make bench-rerun a no-change re-run of site.yml against its first run (INVENTORY=..., RESET=1: teardown first),
@@ -32,7 +34,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers docs lint up down ssh bench bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix collection dist clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers docs lint up down ssh bench bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix bench-distribute collection dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,7 +79,7 @@ test-oracle: $(STAMP)
 test-hosts: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes $(NODES) --extended without
 
-# The extended checks alone: the container test (lane "b"), the system tests marked extended
+# The extended checks alone: the system tests marked extended
 # and the harness self-test. Run it before a change to those paths lands.
 test-extended: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HOSTS) ci --hosts-only --nodes 3 --extended only
@@ -112,6 +114,9 @@ bench-routing: $(STAMP)
 
 bench-prefix: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/prefix_routing.py
+
+bench-distribute: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/distribute.py
 
 bench-scale: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/scale.py

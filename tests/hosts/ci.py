@@ -2,14 +2,15 @@
 
     machine packages -> lint -> unit + integration -> images -> wheels
     -> Docker Engine -> hosts -> every Molecule scenario (fresh hosts each, on two lanes of
-    hosts at once) -> system tests (site.yml on lane "a"'s hosts, the engine), the local default
-    and the oracle on this machine alongside -> teardown
+    hosts at once) -> system tests (site.yml on lane "a"'s hosts, the engine), the container
+    test (the default runtime: lane "b"'s hosts, each with its own Docker Engine) and the local
+    default and the oracle on this machine alongside -> teardown
 
-The extended checks (``EXTENDED``: the container test on lane "b"'s hosts, each with its own
-Docker Engine; the system tests marked ``extended``; the harness self-test) run with
-``--extended with`` (the default) or alone with ``--extended only`` (``make test-extended``).
-``make test`` runs ``--extended without``: with them, CI on two CPU-bound cores ran past
-90 min (docs/testing.md "CI time").
+The extended checks (``EXTENDED``: the system tests marked ``extended``, among them
+test_multinode on the host runtime; the harness self-test) run with ``--extended with`` (the
+default) or alone with ``--extended only`` (``make test-extended``). ``make test`` runs
+``--extended without``: with them, CI on two CPU-bound cores ran past 90 min
+(docs/testing.md "CI time").
 
 Teardown always runs, also after a failure or Ctrl-C, unless ``--keep``.
 """
@@ -136,13 +137,13 @@ SECOND_LANE = {
 
 # The extended checks: what ``make test`` leaves out (docs/testing.md "CI time") and ``make
 # test-extended`` runs. Each repeats a path CI covers otherwise, at a price two cores cannot pay
-# inside CI's time: the container test (the group wrapper and site.yml, on the container
-# runtime), the system tests marked ``extended`` (pyproject.toml), and the harness's self-test
-# (test_hosts.py and every scenario exercise the hosts it checks).
+# inside CI's time: the system tests marked ``extended`` (pyproject.toml; multi-node on the
+# host runtime, test_multinode, whose default-path twin is the container test), and the
+# harness's self-test (test_hosts.py and every scenario exercise the hosts it checks).
 EXTENDED_SCENARIOS = {"tests/hosts:selftest"}
 EXTENDED_MODES = ("with", "without", "only")
 # The stage names --extended only selects (see _selected).
-EXTENDED_STAGES = ("tests/hosts:selftest", "containers", "system tests")
+EXTENDED_STAGES = ("tests/hosts:selftest", "system tests")
 
 
 def _scenario_name(project: Path, scenario: str) -> str:
@@ -277,7 +278,8 @@ def main(
         ci.step("host wheels (fill or reuse)", images.wheel_folder)
         ci.step("Docker Engine up", engine.up)
         ci.step("Ray image on the engine (build or reuse)", engine.ray_image)
-        containers = extended != "without" and _selected("containers", only)
+        # The container runtime is every GPU cluster's default: CI proves it (issue 31).
+        containers = extended != "only" and _selected("containers", only)
         # The container test's serving image (about 6 min on a fresh machine, then cached) is built
         # and saved while the Molecule scenarios run: they leave the CPU about half idle.
         serving = Background("serving image", engine.serving_tarball) if containers else None

@@ -5,7 +5,7 @@ from site.yml: the docker role installs Debian's docker.io, the toolkit role say
 node gets none, the serving image arrives only through serving_image's own paths (the
 stand-in for vllm/vllm-openai, tests/hosts/engine.py, is a `docker save` file on the
 controller: the builder loads it and builds the derived image FROM it, which reaches the
-other nodes through the controller), the Ray head and workers run in containers
+other nodes through a registry the builder runs for the transfer), the Ray head and workers run in containers
 (``vllm_fleet_ray: always``), and the models are served by vLLM containers:
 
 * beta (8 layers): PP=2 native across node1 and node3, node3 headless;
@@ -42,8 +42,8 @@ from tests.hosts.common import SSH_OPTIONS, Node
 from tests.hosts.nodes import ssh_argv
 from tests.system.test_site_on_hosts import _recap
 
-# About 15 minutes on fresh hosts (the 3.9 GB image travels twice) and an image built once per
-# machine: CI runs it on hosts of its own (tests/hosts/ci.py), `make test-containers` alone.
+# About 15 minutes on fresh hosts and an image built once per machine: CI runs it on lane "b"'s
+# hosts (tests/hosts/ci.py), `make test-containers` alone.
 pytestmark = pytest.mark.skipif(
     os.environ.get("VLLM_FLEET_CONTAINER_TESTS") != "1",
     reason="the container-runtime site.yml test runs with VLLM_FLEET_CONTAINER_TESTS=1 (make test-containers)",
@@ -240,6 +240,38 @@ def _post(url: str, body: dict[str, Any], key: str | None = API_KEY) -> tuple[in
         return err.code, err.read()
 
 
+def test_the_image_travelled_once_through_the_builders_registry_which_is_gone(containers: Deployment) -> None:
+    """The derived image reached node2 and node3 from node1's transfer registry (pushed once,
+    pulled by both), not through the controller; after the run nothing of the registry is left:
+    no unit, storage, key, firewall rule, trust file or transfer name, and no `docker save` file
+    on the controller."""
+    out = containers.first.stdout
+
+    def task(name: str) -> str:
+        return out.split(f"TASK [serving_image : {name}")[1].split("TASK [")[0]
+
+    assert "changed: [node1" in task("Push the image once (the builder)"), task("Push the image once")
+    pull = task("Pull it on the nodes that lack it")
+    assert "changed: [node2]" in pull and "changed: [node3]" in pull, pull
+    fetch = task("Fetch it to the controller")
+    assert "changed" not in fetch and "ok:" not in fetch, f"the image went through the controller: {fetch}"
+    assert not list((containers.artifacts.parent / "images").glob("*.tar")), "an image file on the controller"
+    left = _ssh(
+        "node1",
+        "systemctl list-unit-files --no-legend 'vllm-fleet-image-registry*'; ls -d /var/tmp/vllm-fleet-image/registry;"
+        " iptables -S INPUT | grep -F 'serving image registry'; ss -ltn | grep -F ':5000 '; true",
+    )
+    assert left.strip() == "", f"node1 keeps the registry: {left}"
+    # The package's own service (every address, no TLS) stays masked.
+    masked = _ssh("node1", "readlink /etc/systemd/system/docker-registry.service; systemctl is-active docker-registry")
+    assert masked.split() == ["/dev/null", "inactive"], masked
+    for node in containers.nodes:
+        trust = _ssh(
+            node.name, "ls /etc/docker/certs.d; docker image ls --format '{{.Repository}}' | grep transfer; true"
+        )
+        assert trust.strip() == "", f"{node.name} keeps: {trust}"
+
+
 def test_the_gateway_routes_each_model_by_name_through_its_router(containers: Deployment) -> None:
     """Several models behind one gateway (issue 15), here on containers: nginx checks the key and
     routes by the body's model to one vllm-router per model on node3's loopback, whose workers
@@ -340,6 +372,26 @@ def test_a_second_run_changes_nothing(containers: Deployment) -> None:
     recap = _recap(again.stdout)
     assert all(c["changed"] == 0 for c in recap.values()), {h: c["changed"] for h, c in recap.items()}
     print(f"\n[containers] second run {seconds:.0f} s")
+
+
+def test_the_preview_says_nothing_restarts(containers: Deployment) -> None:
+    """site.yml --tags preview on the deployed plan (moved here from test_multinode, which is
+    extended): it changes nothing on any host, shows no key, and says every launch and the
+    gateway stay as they are."""
+    start = time.monotonic()
+    done = run_site(containers.inventory, containers.artifacts, "--tags", "preview", timeout=600)
+    assert done.returncode == 0, failures(done)
+    print(f"\n[containers] preview of the deployed plan: {time.monotonic() - start:.0f} s")
+    recap = _recap(done.stdout)
+    assert all(recap[n.name]["changed"] == 0 for n in containers.nodes), recap
+    text = (containers.artifacts / "preview.json").read_text()
+    assert API_KEY not in done.stdout + done.stderr + text, "the API key was shown"
+    result = json.loads(text)
+    lines = [line for node_lines in result["by_node"].values() for line in node_lines]
+    assert sorted(result["by_node"]) == ["node1", "node2", "node3"], result["lines"]
+    assert lines and all(line.endswith(": nothing") for line in lines), result["lines"]
+    assert any(line.startswith("gateway on node3") for line in lines), result["lines"]
+    assert result["warnings"] == [] and set(result["counts"]) == {"nothing"}, result
 
 
 def _started(node: str, name: str) -> str:

@@ -41,6 +41,12 @@ from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
 from tests.system.test_site_on_hosts import _recap
 
+# Extended as a whole (make test-extended; docs/testing.md "CI time"): multi-node on the host
+# runtime. CI proves multi-node on the default runtime instead (test_containers_on_hosts: PP=2
+# native across two hosts, a second run, the preview, a crashed rank); two multi-node
+# deployments do not fit CI's time on two cores.
+pytestmark = pytest.mark.extended
+
 API_KEY = "multinode-test-key-5d1e"
 MODEL = ROOT / "tests/system/files/tiny-llama-8"
 UNIT = "vllm-fleet-vllm-tiny-llama-0.service"
@@ -210,9 +216,7 @@ def _unit_starts(node: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in _ssh(node, script).splitlines() if " " in line)
 
 
-# Extended (make test-extended; docs/testing.md "CI time"): a group restart costs a cold PP=2 start, about
-# 400 s in CI; the DP=2 re-plan below restarts the same group wrapper on both ranks.
-@pytest.mark.extended
+# A group restart costs a cold PP=2 start, about 400 s; the container test's crashed rank is CI's.
 def test_killing_the_headless_rank_restarts_the_group_as_one(native_pp: Deployment) -> None:
     gateway = f"http://{native_pp.hosts.nodes[2].address}:8080"
     head_before = _ssh("node1", f"systemctl show -p NRestarts --value {UNIT}").strip()
@@ -262,8 +266,7 @@ def test_doctor_passes_on_the_deployment_and_names_a_planted_fault(native_pp: De
     assert "node1 -> node2:29599" in checks["ports between members"]["detail"]
 
 
-# Extended, like the kill -9 check: another full group restart, about 400 s in CI.
-@pytest.mark.extended
+# Another full group restart, like the kill -9 check.
 def test_an_interrupted_run_still_restarts_the_group(native_pp: Deployment) -> None:
     """A run stopped after writing the environment files but before restarting: the
     files are as the next run wants them, so only the recorded hash of what each unit

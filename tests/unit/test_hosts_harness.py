@@ -158,7 +158,7 @@ def test_the_extended_checks_name_real_scenarios_and_marked_tests() -> None:
     marked = sorted(
         path.name
         for path in (common.REPO / "tests/system").glob("test_*.py")
-        if "@pytest.mark.extended" in path.read_text()
+        if "@pytest.mark.extended" in path.read_text() or "pytestmark = pytest.mark.extended" in path.read_text()
     )
     assert marked == ["test_multinode.py", "test_ray_cluster.py"], marked
     with pytest.raises(HarnessError, match="extended is one of with, without, only"):
