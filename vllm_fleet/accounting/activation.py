@@ -26,10 +26,8 @@ from vllm_fleet.accounting.parts import (
     _routed_expert_bytes,
 )
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.model.spec import (
-    ModelSpec,
-    QuantSpec,
-)
+from vllm_fleet.model.quantspec import QuantSpec
+from vllm_fleet.model.spec import ModelSpec
 
 # --------------------------------------------------------------------------
 # Overheads

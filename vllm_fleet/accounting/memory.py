@@ -69,8 +69,9 @@ from vllm_fleet.accounting.parts import (
 from vllm_fleet.accounting.settings import LIMITS, Device, Settings
 from vllm_fleet.accounting.towers import _mm_assumptions, _mm_parts, _vision, _vision_weight_bytes
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model.quantization import quant_file_config, quant_flag_matches
-from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec, QuantSpec, quant_from_name
+from vllm_fleet.model.quantization import _modelopt_algo, quant_file_config, quant_flag_matches
+from vllm_fleet.model.quantspec import QuantSpec
+from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec, quant_from_name
 from vllm_fleet.schema import serve_args
 
 
@@ -308,6 +309,15 @@ def _kv_dtype_bytes(settings: Settings, act_bytes: float) -> float:
 
 def _quant(spec: ModelSpec, settings: Settings) -> QuantSpec | None:
     flag = settings.quantization
+    if spec.quant is None and spec.quant_config is not None and _modelopt_algo(spec.quant_config) == "MIXED_PRECISION":
+        # config.json without MIXED_PRECISION's table: vLLM reads hf_quant_config.json's.
+        try:
+            table = quant_file_config(spec, "modelopt_mixed")
+        except PlanError:
+            table = None
+        if table is not None:
+            where = f"{spec.name.rstrip('/')}/{table[0]}"
+            return quant_from_name("modelopt_mixed", table[1], spec.model_type, where=where)
     if flag and spec.quant is not None and quant_flag_matches(flag, spec):
         return spec.quant  # vLLM loads the checkpoint's own format (gptq_marlin, moe_wna16, ModelOpt...)
     if flag and spec.quant_config is None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from vllm_fleet.accounting.base import CURRENT_VLLM, VOCAB_PAD, Accounting, MoeParallel, _ceil_div
 from vllm_fleet.model.families import QWEN_GDN_TYPES
-from vllm_fleet.model.spec import ModelSpec, QuantSpec
+from vllm_fleet.model.quantspec import QuantSpec
+from vllm_fleet.model.spec import ModelSpec
 
 # --------------------------------------------------------------------------
 # Weights
@@ -105,6 +106,11 @@ def _routed_expert_bytes(
     return total
 
 
+def _part(quant: QuantSpec | None, index: int | None, part: str) -> QuantSpec | None:
+    """The format of one part of a layer (ModelOpt's exclusions and per-module algorithms)."""
+    return None if quant is None else quant.for_part(index, part)
+
+
 def _mlp_bytes(
     spec: ModelSpec,
     index: int,
@@ -118,15 +124,15 @@ def _mlp_bytes(
     # Nemotron-H's MLPs are not gated (relu^2): up and down projections only.
     mats = 2 if spec.model_type == "nemotron_h" else 3
     if not spec.is_moe_layer(index):
-        return _linear(mats * h * spec.intermediate_size / tp, quant, db)
+        return _linear(mats * h * spec.intermediate_size / tp, _part(quant, index, "mlp"), db)
     experts = spec.num_experts
     router = h * experts * db  # router, unquantized and replicated (logical experts only)
-    total = _routed_expert_bytes(spec, tp, ep, quant, db, moe)
+    total = _routed_expert_bytes(spec, tp, ep, _part(quant, index, "experts"), db, moe)
     total += router
     if spec.model_type.startswith("deepseek") or spec.model_type == "nemotron_h":
         total += experts * 4  # e_score_correction_bias, fp32
     if spec.num_shared_experts:
-        total += _linear(mats * h * spec.shared_expert_intermediate_size / tp, quant, db)
+        total += _linear(mats * h * spec.shared_expert_intermediate_size / tp, _part(quant, index, "shared"), db)
         if spec.model_type.startswith("qwen2_moe") or spec.model_type in QWEN_GDN_TYPES:
             total += h * db  # shared expert gate
     return total
@@ -201,11 +207,11 @@ def _layer_bytes(
         norms *= 2  # pre/post norms around attention and MLP
     if spec.model_type == "nemotron_h":
         norms /= 2  # one mixer (or MLP) and one norm per block
-    total = norms + _indexer_weight_bytes(spec, quant, db)
+    total = norms + _indexer_weight_bytes(spec, _part(quant, index, "indexer"), db)
     if spec.has_attention(index) or not spec.is_hybrid:
-        total += _attention_bytes(spec, tp, quant, db, acct)
+        total += _attention_bytes(spec, tp, _part(quant, index, "attn"), db, acct)
     if spec.has_mamba(index):
-        total += _mixer_bytes(spec, tp, quant, db)
+        total += _mixer_bytes(spec, tp, _part(quant, index, "mixer"), db)
     if spec.has_mlp(index):
         total += _mlp_bytes(spec, index, tp, ep, quant, db, moe)
     return total
@@ -237,7 +243,7 @@ def _stage_parts(
     if last:
         parts.head = spec.hidden_size * db  # final norm
         if not spec.tie_word_embeddings or pp > 1:
-            head_q = quant if quant is not None and quant.lm_head else None
+            head_q = _part(quant, None, "head")
             parts.head += _linear(rows * spec.hidden_size, head_q, db)
     parts.layer = sum(_layer_bytes(spec, i, tp, ep, quant, db, acct, moe) for i in layers)
     # Rotary cos/sin cache: max_position x rotary_dim in the model dtype.

@@ -39,6 +39,7 @@ from vllm_fleet.model.files import (
 )
 from vllm_fleet.model.length import _derived_max_len
 from vllm_fleet.model.quantization import _WEIGHT_ONLY_FAMILY, _modelopt_algo
+from vllm_fleet.model.quantspec import MODELOPT_ALGOS, QuantSpec, ct_group_spec, modelopt_spec
 from vllm_fleet.model.values import (
     MAX_CONFIG_BYTES,
     MAX_EXPERTS,
@@ -70,30 +71,6 @@ DTYPE_BYTES: dict[str, float] = {
     "int8": 1,
     "uint8": 1,
 }
-
-
-@dataclass(frozen=True)
-class QuantSpec:
-    """How linear weights inside the decoder layers are stored.
-
-    ``weight_bits`` is the stored bits per weight; ``group_size`` the number of
-    weights sharing one scale (0 = per channel / per tensor, negligible);
-    ``scale_bytes`` the bytes of one scale (plus zero point when asymmetric).
-    ``experts_only`` marks formats that quantize only MoE experts (mxfp4 in
-    gpt-oss). ``lm_head`` says whether the output projection is quantized.
-    """
-
-    method: str
-    weight_bits: int
-    group_size: int = 0
-    scale_bytes: float = 0.0
-    experts_only: bool = False
-    lm_head: bool = False
-
-    @property
-    def bytes_per_weight(self) -> float:
-        extra = self.scale_bytes / self.group_size if self.group_size else 0.0
-        return self.weight_bits / 8 + extra
 
 
 @dataclass(frozen=True)
@@ -262,7 +239,11 @@ def _checkpoint_quant_config(top: Mapping[str, Any], text: Mapping[str, Any] | N
     return None, ""
 
 
-_MODELOPT_FP8_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")
+# The quantization method vLLM's ModelOpt overrides settle on for each quant_algo.
+_MODELOPT_METHOD = {
+    "NVFP4": "modelopt_fp4", "W4A16_NVFP4": "modelopt_fp4", "MXFP8": "modelopt_mxfp8",
+    "MIXED_PRECISION": "modelopt_mixed",
+}  # fmt: skip
 
 
 def _quant_from_config(
@@ -290,16 +271,13 @@ def _quant_from_config(
         name = producer.get("name") if isinstance(producer, Mapping) else None
         if (name == "modelopt" or legacy) and isinstance(inner, Mapping) and inner.get("quant_algo") is not None:
             algo = str(inner["quant_algo"]).upper()
-            if algo in _MODELOPT_FP8_ALGOS:
-                cfg["quant_method"] = "modelopt"
-            elif algo == "NVFP4":
-                cfg["quant_method"] = "modelopt_fp4"
-            else:
+            if algo not in MODELOPT_ALGOS:
                 raise PlanError(
                     f"{where}.quantization.quant_algo",
                     f"{_show(inner['quant_algo'])} is not a ModelOpt algorithm vLLM knows (it refuses the checkpoint)",
-                    "use a ModelOpt FP8 or NVFP4 checkpoint",
+                    "use a ModelOpt FP8, NVFP4, MXFP8 or MIXED_PRECISION checkpoint",
                 )
+            cfg["quant_method"] = _MODELOPT_METHOD.get(algo, "modelopt")
     method = cfg.get("quant_method")
     if not isinstance(method, str) or not method.strip():
         raise PlanError(
@@ -310,6 +288,45 @@ def _quant_from_config(
     method = method.strip().lower().replace("compressed_tensors", "compressed-tensors")
     cfg["quant_method"] = method
     return quant_from_name(method, cfg, model_type, where=where), method, cfg
+
+
+def _ct_spec(qcfg: Mapping[str, Any], prefix: str) -> QuantSpec:
+    """compressed-tensors per layer (``CompressedTensorsConfig.from_config``): each config
+    group's weights scheme for its targets, in order (groups that target only an Attention
+    class are dropped, as vLLM drops them), and the ignore list; the first group's bytes
+    describe the checkpoint where one figure is wanted."""
+    groups = qcfg.get("config_groups") or {}
+    if not isinstance(groups, Mapping):
+        raise PlanError(f"{prefix}.config_groups", f"must be an object, got {_kind(groups)}", "fix config.json")
+    ignore = qcfg.get("ignore") or []
+    if not isinstance(ignore, list) or not all(isinstance(i, str) for i in ignore):
+        raise PlanError(f"{prefix}.ignore", f"must be a list of module names, got {_kind(ignore)}", "fix config.json")
+    targets: list[tuple[str, QuantSpec]] = []
+    for name, grp in groups.items():
+        weights = grp.get("weights") if isinstance(grp, Mapping) else None
+        if not isinstance(grp, Mapping) or not isinstance(weights, Mapping | None):
+            raise PlanError(
+                f"{prefix}.config_groups.{name}", "must be an object with a weights object", "fix config.json"
+            )
+        named = grp.get("targets") or ["Linear"]
+        if not isinstance(named, list) or not all(isinstance(t, str) for t in named):
+            raise PlanError(f"{prefix}.config_groups.{name}.targets", "must be a list of names", "fix config.json")
+        if len(named) == 1 and named[0].endswith("Attention"):
+            continue
+        where = f"{prefix}.config_groups.{name}.weights"
+        weights = weights or {}
+        bits = _as_int(weights.get("num_bits", 8), f"{where}.num_bits", 1, 64, "use 2, 3, 4 or 8")
+        if bits not in (2, 3, 4, 8):
+            raise PlanError(
+                f"{where}.num_bits",
+                f"{bits}-bit weights are not a compressed-tensors format",
+                "use one of [2, 3, 4, 8]",
+            )
+        fmt = ct_group_spec(weights, bits, where)
+        targets.extend((t, fmt) for t in named)
+    if not targets:
+        return QuantSpec("compressed-tensors", 8)
+    return replace(targets[0][1], targets=tuple(targets), ignore=tuple(ignore))
 
 
 def quant_from_name(
@@ -335,12 +352,16 @@ def quant_from_name(
 
     if method in ("", "none"):
         return None
-    if method in ("modelopt", "modelopt_mixed"):
-        algo = _modelopt_algo(qcfg)
-        if "FP4" in algo:
-            method = "modelopt_fp4"
-        elif "MXFP8" in algo:
-            method = "modelopt_mxfp8"
+    algo = _modelopt_algo(qcfg) if method.startswith("modelopt") else ""
+    if algo:
+        # The checkpoint's own config: per-algorithm bytes, exclusions, MIXED_PRECISION's table.
+        inner = qcfg.get("quantization")
+        tables = (qcfg, inner) if isinstance(inner, Mapping) else (qcfg,)
+        if algo == "MIXED_PRECISION" and not any("quantized_layers" in t for t in tables):
+            return None  # config.json without the table: vLLM reads hf_quant_config.json's (accounting's _quant)
+        return modelopt_spec(qcfg, prefix)
+    if method == "modelopt_mixed":
+        return None  # per-layer without its table: the model dtype's bytes (an upper bound)
     if method in ("quark", "torchao", "online", "humming"):
         return None  # per-layer schemes the planner does not read: the model dtype's bytes (an upper bound)
     if method in ("fp8_per_block",):
@@ -379,38 +400,7 @@ def quant_from_name(
         # fp16 scale per group + packed zero point (bits/8) per group.
         return QuantSpec(family, bits, group, 2 + bits / 8)
     if method in ("compressed_tensors",):
-        bits, group, scale = 8, 0, 0.0
-        groups = qcfg.get("config_groups") or {}
-        if not isinstance(groups, Mapping):
-            raise PlanError(f"{prefix}.config_groups", f"must be an object, got {_kind(groups)}", "fix config.json")
-        for name, grp in groups.items():
-            weights = grp.get("weights") if isinstance(grp, Mapping) else None
-            if not isinstance(grp, Mapping) or not isinstance(weights, Mapping | None):
-                raise PlanError(
-                    f"{prefix}.config_groups.{name}", "must be an object with a weights object", "fix config.json"
-                )
-            weights = weights or {}
-            bits = _as_int(
-                weights.get("num_bits", bits),
-                f"{prefix}.config_groups.{name}.weights.num_bits",
-                1,
-                64,
-                "use 2, 3, 4 or 8",
-            )
-            if bits not in (2, 3, 4, 8):
-                raise PlanError(
-                    f"{prefix}.config_groups.{name}.weights.num_bits",
-                    f"{bits}-bit weights are not a compressed-tensors format",
-                    "use one of [2, 3, 4, 8]",
-                )
-            strategy = weights.get("strategy", "channel")
-            if strategy == "group" and weights.get("group_size"):
-                group = _as_int(
-                    weights["group_size"], f"{prefix}.config_groups.{name}.weights.group_size", 1, 1 << 20, "e.g. 128"
-                )
-                scale = 2.0 + (0 if weights.get("symmetric", True) else bits / 8)
-            break
-        return QuantSpec("compressed-tensors", bits, group, scale)
+        return _ct_spec(qcfg, prefix)
     if method in ("w4a16", "int4"):
         return QuantSpec("compressed-tensors", 4, 128, 2)
     if method in ("int8", "w8a8", "w8a16"):
