@@ -69,6 +69,10 @@ def _every_layer(attn: str, mlp: str) -> dict[str, str]:
         ("backbone.layers.5.mixer.in_proj", (5, "mixer")),
         ("model.layers.0.linear_attn.in_proj_qkvz", (0, "mixer")),
         ("model.layers.1.mlp.down_proj", (1, "mlp")),
+        ("backbone.layers.4.mixer.q_proj", (4, "attn")),  # Nemotron-H calls every block a mixer
+        ("backbone.layers.6.mixer.up_proj", (6, "mlp")),
+        ("model.layers.3.linear_attn.out_proj", (3, "mixer")),
+        ("model.layers.2.self_attn.kv_a_proj_with_mqa", (2, "attn")),
         ("lm_head", (None, "head")),
         ("model.embed_tokens", (None, "other")),
     ],

@@ -37,6 +37,11 @@ _PART_NAMES = {
     "shared": ("mlp.shared_experts.gate_proj", "mlp.shared_expert.gate_proj", "mlp.shared_experts"),
     "indexer": ("self_attn.indexer.wq_b",),
 }
+_ATTN_LEAVES = frozenset(
+    {"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj",
+     "wqkv", "wo"}
+)  # fmt: skip
+_MLP_LEAVES = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "w1", "w2", "w3", "fc1", "fc2"})
 _ROOTS = ("model.", "model.language_model.", "language_model.model.", "backbone.", "")
 
 
@@ -47,12 +52,18 @@ def module_part(name: str) -> tuple[int | None, str]:
     if found is None:
         return None, "head" if name.rsplit(".", maxsplit=1)[-1] == "lm_head" else "other"
     index, rest = int(found.group(1)), found.group(2)
+    leaf = rest.rsplit(".", maxsplit=1)[-1]
     if "shared_expert" in rest:
         return index, "shared"
     if "experts" in rest:
         return index, "experts"
     if "indexer" in rest:
         return index, "indexer"
+    # By the projection first: Nemotron-H names attention, MLP and Mamba blocks all "mixer".
+    if leaf in _ATTN_LEAVES and "linear_attn" not in rest:
+        return index, "attn"
+    if leaf in _MLP_LEAVES:
+        return index, "mlp"
     if any(t in rest for t in ("linear_attn", "mixer", "mamba")):
         return index, "mixer"
     if "attn" in rest or "attention" in rest:
