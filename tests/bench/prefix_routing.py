@@ -1,24 +1,28 @@
 """Prefix-aware routing, measured on this machine: two real vLLM CPU replicas of the tiny
 model, a workload of many requests that share long prefixes (several distinct prefixes,
-interleaved), sent once through the llm_gateway role's nginx (least_conn,
-tests/gateway_local.py) and once through vllm-router (PyPI, ``--policy cache_aware``).
+interleaved), sent through the llm_gateway role's nginx (least_conn, tests/gateway_local.py),
+vllm-router ``--policy cache_aware`` and vllm-router ``--policy consistent_hash`` (keyed on the
+``x-session-id`` header the clients send, one session per prefix), each --repeat times (3) with
+prefixes of its own, so the noise between repetitions shows beside the differences.
 For each it prints vLLM's own prefix-cache hit rate (the replicas' ``vllm:prefix_cache_hits_total``
-over ``vllm:prefix_cache_queries_total``, in tokens, for that phase only), the median and p90
-time to first token, and the failed requests. Then a third run through the router, where one
-replica is killed a third of the way in: how many requests still succeed (its retries and
-health checks). Last, what each gateway adds to a short request, side by side with the replica
-itself.
+over ``vllm:prefix_cache_queries_total``, in tokens, for that phase only) beside the ceiling the
+trace allows (every prefix on one replica: only its first request misses), the median and p90
+time to first token, completed requests per second and the failed requests. Then a run
+through cache_aware where one replica is killed a third of the way in: how many requests
+still succeed (its retries and health checks). Last, what each gateway adds to a short
+request, side by side with the replica itself.
 
 Each phase uses prefixes of its own (no phase finds another's blocks cached), and each
 replica's KV cache holds three quarters of a phase's prefixes: a router that sends each
 prefix to one replica keeps its half cached; least_conn sends every prefix to both, and they
 evict each other's blocks. The killed replica's phase counts the hit rate on the replica left.
 
-    python tests/bench/prefix_routing.py [--prefixes 8] [--requests 96] [--concurrency 4]
+    python tests/bench/prefix_routing.py [--prefixes 8] [--requests 96] [--concurrency 4] [--repeat 3]
 
 Needs: vLLM's CPU build (the local default's venv, /opt/vllm-fleet/vllm, else the oracle
 venv from the hosts' wheels), nginx, and PyPI for vllm-router's venv (built once, cached).
-Takes about 10 minutes on our 2-core machines.
+Takes about 3 minutes on our 2-core machines once the venvs exist (the phases are seconds each;
+starting the replicas and building the tiny model are most of it).
 """
 
 from __future__ import annotations
@@ -167,18 +171,20 @@ def router_decisions() -> dict[str, float]:
 
 
 @contextmanager
-def router(upstreams: list[str], tmp: Path) -> Iterator[str]:
+def router(upstreams: list[str], tmp: Path, policy: str = "cache_aware") -> Iterator[str]:
     venv = images.router_venv()
     port = gateway_local.free_port()
-    ROUTER_METRICS["port"] = gateway_local.free_port()
+    metrics_port = gateway_local.free_port()
+    if policy == "cache_aware":
+        ROUTER_METRICS["port"] = metrics_port
     argv = [str(venv / "bin/vllm-router"), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *upstreams,
-            "--policy", "cache_aware", "--health-check-interval-secs", "2", "--health-failure-threshold", "2",
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(ROUTER_METRICS["port"]),
+            "--policy", policy, "--health-check-interval-secs", "2", "--health-failure-threshold", "2",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
             "--log-level", "warning"]  # fmt: skip
-    log = (tmp / "router.log").open("wb")
+    log = (tmp / f"router-{policy}.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait(f"http://127.0.0.1:{port}/health", "vllm-router", 120, proc)
+        _wait(f"http://127.0.0.1:{port}/health", f"vllm-router {policy}", 120, proc)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
@@ -190,10 +196,12 @@ def prefixes(count: int, words: int, seed: int) -> list[str]:
     return [f"Document {seed}-{p}: " + " ".join(rng.choice(WORDS) for _ in range(words)) for p in range(count)]
 
 
-def _stream(url: str, prompt: str) -> float:
-    """Time to the first generated token of one streamed completion (s); raises on failure."""
+def _stream(url: str, prompt: str, session: str | None = None) -> float:
+    """Time to the first generated token of one streamed completion (s); raises on failure.
+    ``session``: sent as ``x-session-id``, the header vllm-router's consistent_hash keys on."""
     body = json.dumps({"model": MODEL_NAME, "prompt": prompt, "max_tokens": 4, "stream": True}).encode()
-    request = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **({"x-session-id": session} if session else {})}
+    request = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
     start = time.monotonic()
     first = None
     with urllib.request.urlopen(request, timeout=120) as resp:
@@ -222,17 +230,36 @@ def _cache_counters(urls: list[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
+SYSTEM = "You are a careful assistant. " + " ".join(random.Random(0).choice(WORDS) for _ in range(120))
+
+
+def _prompts(docs: list[str], order: list[int], workload: str) -> list[str]:
+    """``prefixes``: each request is its prefix and a question of its own. ``sessions``: a
+    system prompt every session shares, the session's document, then the conversation so far,
+    one turn longer with each request of that session (multi-turn chat)."""
+    if workload == "prefixes":
+        return [f"{docs[p]}\nQuestion {i}: what comes next?" for i, p in enumerate(order)]
+    turns: dict[int, int] = {}
+    out = []
+    for p in order:
+        t = turns.get(p, 0)
+        turns[p] = t + 1
+        history = "".join(f"\nUser: question {j} about it?\nAssistant: answer {j}." for j in range(t))
+        out.append(f"{SYSTEM}\n{docs[p]}{history}\nUser: question {t} about it?")
+    return out
+
+
 def phase(
     name: str, url: str, replica_urls: list[str], docs: list[str], requests: int, concurrency: int,
-    kill: subprocess.Popen[bytes] | None = None,
+    kill: subprocess.Popen[bytes] | None = None, workload: str = "prefixes",
 ) -> dict[str, Any]:  # fmt: skip
-    """``requests`` completions, the prefixes interleaved in a shuffled order, from ``concurrency``
-    clients; ``kill``: this replica's process group is killed a third of the way in."""
+    """``requests`` completions, the prefixes (or sessions) interleaved in a shuffled order, from
+    ``concurrency`` clients; ``kill``: this replica's process group is killed a third of the way in."""
     # Every prefix as often, in a shuffled order: a fixed p0, p1, ... cycle would let least_conn's
     # alternation send each prefix to the same replica by accident.
     order = [i % len(docs) for i in range(requests)]
     random.Random(requests).shuffle(order)
-    prompts = [f"{docs[p]}\nQuestion {i}: what comes next?" for i, p in enumerate(order)]
+    prompts = _prompts(docs, order, workload)
     before = _cache_counters(replica_urls)
     ttft: list[float] = []
     failures: list[str] = []
@@ -248,7 +275,7 @@ def phase(
             if kill is not None and i == requests // 3 and kill.poll() is None:
                 os.killpg(kill.pid, signal.SIGKILL)
             try:
-                t = _stream(url, prompts[i])
+                t = _stream(url, prompts[i], f"prefix-{order[i]}")
                 with lock:
                     ttft.append(t)
             except (urllib.error.URLError, OSError, RuntimeError) as exc:
@@ -276,8 +303,23 @@ def phase(
         "ttft_p50_ms": round(statistics.median(ttft) * 1000, 1) if ttft else None,
         "ttft_p90_ms": round(ttft[int(len(ttft) * 0.9)] * 1000, 1) if ttft else None,
         "seconds": round(took, 1),
+        "throughput": round((requests - len(failures)) / took, 2) if took else None,
+        # Every prefix on one replica: its first request misses, every later one finds it.
+        "ceiling": (requests - len(docs)) / requests,
         "first_failures": failures[:3],
     }
+
+
+def _spread(values: list[Any], pct: bool) -> str:
+    """mean (min-max) of one figure over the repetitions, '-' where none was measured."""
+    got = [float(v) for v in values if v is not None]
+    if not got:
+        return "-"
+
+    def show(v: float) -> str:
+        return f"{v:.1%}" if pct else f"{v:g}"
+
+    return f"{show(statistics.mean(got))} ({show(min(got))}-{show(max(got))})"
 
 
 def added_latency(urls: dict[str, str], count: int) -> dict[str, float]:
@@ -306,6 +348,13 @@ def main() -> int:
     parser.add_argument("--words", type=int, default=350, help="words per prefix (about 2 tokens each)")
     parser.add_argument("--requests", type=int, default=96, help="requests per phase")
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--workload", choices=("prefixes", "sessions"), default="prefixes",
+                        help="prefixes: shared documents, a question each; sessions: multi-turn chats that share a "
+                        "system prompt, each prompt one turn longer")  # fmt: skip
+    parser.add_argument("--kv-prefixes", type=float, default=0.0,
+                        help="each replica's KV cache in prefixes (default: three quarters of --prefixes); "
+                        "e.g. --prefixes 24 --kv-prefixes 6: a working set 4 times one replica's pool")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions of every route, so the noise shows")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     args = parser.parse_args()
     if gateway_local.NGINX is None:
@@ -315,18 +364,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="prefix-routing-") as name:
         tmp = Path(name)
         model = build_model(python, tmp / "tiny-llama")
-        docs = [prefixes(args.prefixes, args.words, seed) for seed in (1, 2, 3)]
+        sample = prefixes(1, args.words, 1)[0]
         # One prefix's tokens, with the tokenizer the replicas serve with.
         count = "import sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
         count += "print(len(t(sys.argv[2])['input_ids']))"
-        tokens = int(
-            run([str(python), "-c", count, str(model), docs[0][0]], timeout=300).stdout.strip().splitlines()[-1]
-        )
+        tokens = int(run([str(python), "-c", count, str(model), sample], timeout=300).stdout.strip().splitlines()[-1])
         # Each replica holds three quarters of a phase's prefixes (and at least one whole request):
         # half of them each, as a prefix-aware router sends them, fit with room to run requests;
         # all of them, as least_conn sends them, do not.
-        kv_tokens = max(2048 + 64, tokens * args.prefixes * 3 // 4)
+        kv_tokens = max(
+            2048 + 64, int(tokens * args.kv_prefixes) if args.kv_prefixes else tokens * args.prefixes * 3 // 4
+        )
         say(f"a prefix is {tokens} tokens; {args.prefixes} per phase; KV cache per replica {kv_tokens} tokens")
+        routes = ("nginx least_conn", "vllm-router cache_aware", "vllm-router consistent_hash")
         with replicas(python, model, tmp, kv_tokens) as reps:
             urls = [r.url for r in reps]
             for url in urls:  # warm-up: the first request of a replica pays its one-off costs
@@ -335,34 +385,57 @@ def main() -> int:
             gw_dir = tmp / "nginx"
             gw_dir.mkdir()
             with gateway_local.gateway(gw_dir, {MODEL_NAME: [u.removeprefix("http://") for u in urls]},
-                                       route_by_model=False) as gw, router(urls, tmp) as rt:  # fmt: skip
-                results.append(phase("nginx least_conn", gw["url"], urls, docs[0], args.requests, args.concurrency))
-                results.append(phase("vllm-router cache_aware", rt, urls, docs[1], args.requests, args.concurrency))
-                decisions = router_decisions()
+                                       route_by_model=False) as gw, router(urls, tmp) as rt, \
+                    router(urls, tmp, "consistent_hash") as ch:  # fmt: skip
+                entry = dict(zip(routes, (gw["url"], rt, ch), strict=True))
+                decisions: dict[str, float] = {}
+                # Each repetition and route has prefixes of its own (seeded), so no phase finds
+                # another's blocks cached; the routes take turns within a repetition.
+                for rep in range(args.repeat):
+                    for k, route in enumerate(routes):
+                        docs = prefixes(args.prefixes, args.words, 10 + rep * len(routes) + k)
+                        before = router_decisions() if "cache_aware" in route else {}
+                        result = phase(route, entry[route], urls, docs, args.requests, args.concurrency,
+                                       workload=args.workload)  # fmt: skip
+                        result["repetition"] = rep + 1
+                        results.append(result)
+                        say(f"{route}, repetition {rep + 1}: hit rate {result['hit_rate']}, "
+                            f"TTFT p90 {result['ttft_p90_ms']} ms, failed {result['failed']}")  # fmt: skip
+                        if "cache_aware" in route:
+                            for outcome, n in router_decisions().items():
+                                decisions[outcome] = decisions.get(outcome, 0.0) + n - before.get(outcome, 0.0)
                 latency = added_latency({"replica": urls[0], "nginx": gw["url"], "vllm-router": rt}, 40)
-                results.append(
-                    phase("vllm-router, replica 2 killed", rt, urls, docs[2], args.requests, args.concurrency,
-                          kill=reps[1].proc)
-                )  # fmt: skip
+                killed = phase("vllm-router cache_aware, replica 2 killed", rt, urls, prefixes(args.prefixes,
+                               args.words, 3), args.requests, args.concurrency, kill=reps[1].proc,
+                               workload=args.workload)  # fmt: skip
     print(f"\nprefix-aware routing: 2 vLLM CPU replicas of {MODEL_NAME}, {args.prefixes} prefixes of {tokens} "
           f"tokens per phase, {args.requests} requests, {args.concurrency} clients, "
-          f"KV {kv_tokens} tokens/replica\n")  # fmt: skip
-    header = f"{'route':32} {'requests':>8} {'failed':>6} {'hit rate':>8} {'TTFT p50':>9} {'TTFT p90':>9} {'took':>7}"
+          f"KV {kv_tokens} tokens/replica ({kv_tokens / tokens:.1f} prefixes), workload {args.workload}, "
+          f"{args.repeat} repetitions\n")  # fmt: skip
+    header = (f"{'route':32} {'rep':>3} {'failed':>6} {'hit rate':>8} {'ceiling':>8} {'TTFT p50':>9} {'TTFT p90':>9} "
+              f"{'req/s':>6}")  # fmt: skip
     print(header)
     print("-" * len(header))
-    for r in results:
+    for r in [*results, killed]:
         hit = f"{r['hit_rate']:.1%}" if r["hit_rate"] is not None else "-"
-        print(f"{r['route']:32} {r['requests']:>8} {r['failed']:>6} {hit:>8} {r['ttft_p50_ms']!s:>7}ms "
-              f"{r['ttft_p90_ms']!s:>7}ms {r['seconds']:>6}s")  # fmt: skip
+        print(f"{r['route']:32} {r.get('repetition', '-')!s:>3} {r['failed']:>6} {hit:>8} {r['ceiling']:>8.1%} "
+              f"{r['ttft_p50_ms']!s:>7}ms {r['ttft_p90_ms']!s:>7}ms {r['throughput']!s:>6}")  # fmt: skip
+    print(f"\nper route over the {args.repeat} repetitions: mean (min-max)")
+    for route in routes:
+        mine = [r for r in results if r["route"] == route]
+        print(f"  {route:32} " + "  ".join(f"{key} {_spread([r[key] for r in mine], pct)}" for key, pct in (
+            ("hit_rate", True), ("ttft_p50_ms", False), ("ttft_p90_ms", False), ("throughput", False),
+            ("failed", False))))  # fmt: skip
     base = latency["replica"]
     print(f"\nshort request, p50 of 40: replica {base} ms, nginx +{latency['nginx'] - base:.2f} ms, "
           f"vllm-router +{latency['vllm-router'] - base:.2f} ms")  # fmt: skip
-    print(f"vllm-router cache_aware decisions in its phase (its /metrics): {decisions or 'none recorded'}")
-    for r in results:
+    print(f"vllm-router cache_aware decisions in its phases (its /metrics): {decisions or 'none recorded'}")
+    for r in [*results, killed]:
         if r["first_failures"]:
             print(f"{r['route']}: first failures {r['first_failures']}")
     if args.json:
-        print(json.dumps({"phases": results, "latency_ms": latency, "prefix_tokens": tokens, "kv_tokens": kv_tokens}))
+        print(json.dumps({"phases": [*results, killed], "latency_ms": latency, "prefix_tokens": tokens,
+                          "kv_tokens": kv_tokens}))  # fmt: skip
     return 0
 
 

@@ -147,8 +147,9 @@ VARIABLES: tuple[Var, ...] = (
       "beyond loopback without a key the plan warns)"),
     V("gateway_balancer", "choice", "nginx", "all",
       "nginx (least_conn) or vllm-router (one router per model behind nginx, cache-aware)", ("nginx", "vllm-router")),
-    V("gateway_router_policy", "choice", "cache_aware", "all", "vllm-router's policy",
-      ("cache_aware", "power_of_two", "round_robin", "random")),
+    V("gateway_router_policy", "choice", "cache_aware", "all",
+      "vllm-router's policy (consistent_hash: by the clients' x-session-id or x-user-id header, else the prompt)",
+      ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")),
     # Day 2: metrics and alerts, the watchdog, rolling restarts
     V("monitoring", "choice", "auto", "all", "auto (Prometheus for several instances behind the gateway), true, false",
       ("auto", "true", "false")),
