@@ -25,6 +25,18 @@ def _launch(tmp_path: Path, body: str) -> Path:
     return script
 
 
+def _read_pid(path: Path, within: float = 20) -> int:
+    """The PID the launch wrote: the file exists before its text is written (open, then write), so wait
+    for the text, not for the file."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if text.strip():
+            return int(text)
+        time.sleep(0.02)
+    raise AssertionError(f"{path.name} was not written within {within:.0f} s")
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -81,10 +93,7 @@ def test_sigterm_reaches_the_launch_and_the_wrapper_ends_by_the_same_signal(tmp_
         """,
     )
     wrapper = subprocess.Popen([*agent("reap"), "--", sys.executable, str(script)])
-    deadline = time.monotonic() + 20
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    launch = int(ready.read_text())
+    launch = _read_pid(ready)
     assert launch != wrapper.pid
     os.kill(wrapper.pid, signal.SIGTERM)
     assert wrapper.wait(timeout=20) == -signal.SIGTERM
@@ -146,10 +155,7 @@ def test_a_launch_that_ignores_the_stop_is_killed_after_the_stop_grace(tmp_path:
     wrapper = subprocess.Popen(
         [*agent("reap"), "--stop-grace", "1", "--", sys.executable, str(script)], stderr=subprocess.PIPE
     )
-    deadline = time.monotonic() + 20
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    launch, child = int(ready.read_text()), int(pidfile.read_text())
+    launch, child = _read_pid(ready), _read_pid(pidfile)
     start = time.monotonic()
     os.kill(wrapper.pid, signal.SIGTERM)
     assert wrapper.wait(timeout=20) == -signal.SIGTERM
