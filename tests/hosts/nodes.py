@@ -144,6 +144,9 @@ def _write_access_files(nodes: list[Node], engines: bool) -> None:
                 "ansible_user": "root",
                 "ansible_ssh_private_key_file": str(KEY),
                 "ansible_ssh_common_args": SSH_OPTIONS,
+                # A connection that fails (ssh exit 255: the 3 s connect timeout on a machine busy
+                # with two lanes) is tried again before the task counts the host unreachable.
+                "ansible_ssh_retries": 3,
                 "ansible_python_interpreter": "/usr/bin/python3",
             },
         }

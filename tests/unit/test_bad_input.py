@@ -361,7 +361,7 @@ GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128}
             _cfg(
                 quantization_config={
                     "quant_method": "compressed-tensors",
-                    "config_groups": {"g": {"weights": {"num_bits": 5}}},
+                    "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 5}}},
                 }
             ),
             r"quantization_config\.config_groups\.g\.weights\.num_bits: 5-bit weights are not a compressed-tensors",

@@ -54,7 +54,11 @@ def test_gpt_oss_is_hybrid_with_mxfp4_experts() -> None:
         pytest.param("mxfp4", {}, 0.5 + 1 / 32, id="mxfp4"),
         pytest.param(
             "compressed-tensors",
-            {"config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "group", "group_size": 128}}}},
+            {
+                "config_groups": {
+                    "g": {"targets": ["Linear"], "weights": {"num_bits": 4, "strategy": "group", "group_size": 128}}
+                }
+            },
             0.5 + 2 / 128,
             id="ct-w4a16",
         ),

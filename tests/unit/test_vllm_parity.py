@@ -241,7 +241,10 @@ MIXED = {
     "quant_algo": "MIXED_PRECISION",
     "quantized_layers": {"x": {"quant_algo": "NVFP4"}},
 }
-PRODUCER_NVFP4 = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}}
+PRODUCER_NVFP4 = {
+    "producer": {"name": "modelopt"},
+    "quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None, "exclude_modules": []},
+}
 
 
 @pytest.mark.parametrize(

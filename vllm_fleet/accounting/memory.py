@@ -68,10 +68,9 @@ from vllm_fleet.accounting.parts import (
 )
 from vllm_fleet.accounting.settings import LIMITS, Device, Settings
 from vllm_fleet.accounting.towers import _mm_assumptions, _mm_parts, _vision, _vision_weight_bytes
+from vllm_fleet.accounting.weights_format import weights_format
 from vllm_fleet.errors import PlanError
-from vllm_fleet.model.quantization import _modelopt_algo, quant_file_config, quant_flag_matches
-from vllm_fleet.model.quantspec import QuantSpec
-from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec, quant_from_name
+from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec
 from vllm_fleet.schema import serve_args
 
 
@@ -307,34 +306,6 @@ def _kv_dtype_bytes(settings: Settings, act_bytes: float) -> float:
     return 1
 
 
-def _quant(spec: ModelSpec, settings: Settings) -> QuantSpec | None:
-    flag = settings.quantization
-    if spec.quant is None and spec.quant_config is not None and _modelopt_algo(spec.quant_config) == "MIXED_PRECISION":
-        # config.json without MIXED_PRECISION's table: vLLM reads hf_quant_config.json's.
-        try:
-            table = quant_file_config(spec, "modelopt_mixed")
-        except PlanError:
-            table = None
-        if table is not None:
-            where = f"{spec.name.rstrip('/')}/{table[0]}"
-            return quant_from_name("modelopt_mixed", table[1], spec.model_type, where=where)
-    if flag and spec.quant is not None and quant_flag_matches(flag, spec):
-        return spec.quant  # vLLM loads the checkpoint's own format (gptq_marlin, moe_wna16, ModelOpt...)
-    if flag and spec.quant_config is None:
-        try:
-            found = quant_file_config(spec, flag)
-        except PlanError:
-            found = None
-        if found is not None:  # the method's own file (quantize_config.json, hf_quant_config.json)
-            return quant_from_name(flag, found[1], spec.model_type, where=f"{spec.name.rstrip('/')}/{found[0]}")
-    if settings.quantization:
-        named = quant_from_name(settings.quantization, None, spec.model_type)
-        if spec.quant is not None and named is not None and spec.quant.method == named.method:
-            return spec.quant
-        return named
-    return spec.quant
-
-
 # --------------------------------------------------------------------------
 # Defaults vLLM applies
 # --------------------------------------------------------------------------
@@ -499,7 +470,7 @@ def _estimate(
         if acct.engine == "v1" and tokens < seqs
         else ""
     )
-    quant = _quant(spec, settings)
+    quant = weights_format(spec, settings.quantization)
     db = _dtype_bytes(spec, settings, smallest)
     kv_b = _kv_dtype_bytes(settings, db)
     if settings.block_size:
@@ -556,7 +527,7 @@ def _estimate(
         extra: dict[str, float] = dict(moe_parts)
         lora = options.lora_bytes(spec, layers, first, last, tp, ep, settings, db)
         # The drafter lives on the last PP rank only (GPUModelRunner: is_last_rank).
-        draft = options.draft_weight_bytes(spec, sd, tp, ep, db, tokens) if sd and last else 0.0
+        draft = options.draft_weight_bytes(spec, sd, tp, ep, db, tokens, quant) if sd and last else 0.0
         offload = options.offloaded_bytes(settings, parts.layer * ratios.get("layer", 1.0))
         weights += lora + draft - offload
         if settings.enable_lora:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_fleet.accounting.base import CURRENT_VLLM, Accounting
 from vllm_fleet.accounting.parts import _kv_layer_bytes, _layer_bytes, _stage_parts, _vocab_rows
 from vllm_fleet.errors import PlanError
+from vllm_fleet.model.quantspec import QuantSpec
 from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec, load_model
 from vllm_fleet.schema import LORA_DTYPES, LORA_RANKS
 
@@ -300,11 +301,14 @@ def lora_graph_cases(settings: Settings) -> int:
 # --------------------------------------------------------------------------
 
 
-def draft_weight_bytes(spec: ModelSpec, sd: SpecDecode, tp: int, ep: int, db: float, tokens: int) -> float:
+def draft_weight_bytes(
+    spec: ModelSpec, sd: SpecDecode, tp: int, ep: int, db: float, tokens: int, quant: QuantSpec | None
+) -> float:
     """The drafter's GPU bytes on the last PP rank: its layers, the projections feeding them,
     an own head where the method has one, and the proposer's input buffers
     (``SpecDecodeBaseProposer.__init__``: hidden_states and inputs_embeds of
-    max_num_batched_tokens rows)."""
+    max_num_batched_tokens rows). ``quant``: the target's format as the plan resolved it (an MTP
+    layer is quantized like the target's layers)."""
 
     if sd.method in MODEL_FREE_METHODS:
         return 0.0
@@ -315,7 +319,7 @@ def draft_weight_bytes(spec: ModelSpec, sd: SpecDecode, tp: int, ep: int, db: fl
         # unquantized eh_proj (2h -> h), shared_head.norm and one decoder layer quantized like
         # the target; embed_tokens and shared_head.head are the target's (freed after load).
         n = sd.draft_layers
-        layers = sum(_layer_bytes(spec, spec.num_layers + i, tp, ep, spec.quant, db, acct) for i in range(n))
+        layers = sum(_layer_bytes(spec, spec.num_layers + i, tp, ep, quant, db, acct) for i in range(n))
         return layers + n * (2 * h * h + 3 * h) * db + 2 * tokens * h * db
     draft = sd.draft
     assert draft is not None

@@ -39,7 +39,7 @@ from vllm_fleet.model.files import (
 )
 from vllm_fleet.model.length import _derived_max_len
 from vllm_fleet.model.quantization import _WEIGHT_ONLY_FAMILY, _modelopt_algo
-from vllm_fleet.model.quantspec import MODELOPT_ALGOS, QuantSpec, ct_group_spec, modelopt_spec
+from vllm_fleet.model.quantspec import QuantSpec, ct_group_spec, modelopt_spec, mxfp8_spec
 from vllm_fleet.model.values import (
     MAX_CONFIG_BYTES,
     MAX_EXPERTS,
@@ -170,6 +170,9 @@ class ModelSpec:
     # The folder's other JSON files as (name, text), for the quantization config files a
     # --quantization method reads when config.json has none (quantize_config.json...).
     json_files: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # The model folder the spec was read from ("" for a config.json alone or the catalog): where
+    # vLLM looks for the files a quantization method reads.
+    folder: str = field(default="", compare=False)
     # Speculative decoding: the MTP modules the checkpoint carries (num_nextn_predict_layers,
     # or mtp_num_hidden_layers: what SpeculativeConfig.hf_config_override makes n_predict)
     # and an EAGLE-3 draft's own vocabulary (draft_vocab_size, 0: the target's).
@@ -239,10 +242,10 @@ def _checkpoint_quant_config(top: Mapping[str, Any], text: Mapping[str, Any] | N
     return None, ""
 
 
-# The quantization method vLLM's ModelOpt overrides settle on for each quant_algo.
-_MODELOPT_METHOD = {
-    "NVFP4": "modelopt_fp4", "W4A16_NVFP4": "modelopt_fp4", "MXFP8": "modelopt_mxfp8",
-    "MIXED_PRECISION": "modelopt_mixed",
+# config.json's ModelOpt producer form ({"producer": {"name": "modelopt"}, "quantization": {...}}):
+# the algorithms vLLM 0.32's _normalize_quantization_config gives a method; it refuses the others.
+_PRODUCER_METHOD = {
+    "FP8": "modelopt", "FP8_PER_CHANNEL_PER_TOKEN": "modelopt", "FP8_PB_WO": "modelopt", "NVFP4": "modelopt_fp4",
 }  # fmt: skip
 
 
@@ -271,13 +274,15 @@ def _quant_from_config(
         name = producer.get("name") if isinstance(producer, Mapping) else None
         if (name == "modelopt" or legacy) and isinstance(inner, Mapping) and inner.get("quant_algo") is not None:
             algo = str(inner["quant_algo"]).upper()
-            if algo not in MODELOPT_ALGOS:
+            if algo not in _PRODUCER_METHOD:
                 raise PlanError(
                     f"{where}.quantization.quant_algo",
-                    f"{_show(inner['quant_algo'])} is not a ModelOpt algorithm vLLM knows (it refuses the checkpoint)",
-                    "use a ModelOpt FP8, NVFP4, MXFP8 or MIXED_PRECISION checkpoint",
+                    f"{_show(inner['quant_algo'])}: vLLM refuses this ModelOpt algorithm in config.json's producer "
+                    f"form (Unknown ModelOpt quant algo; it takes {', '.join(_PRODUCER_METHOD)} there)",
+                    'write the flat form ({"quant_method": "modelopt", "quant_algo": ...}) as ModelOpt exports it, '
+                    "or keep the nested form in hf_quant_config.json only",
                 )
-            cfg["quant_method"] = _MODELOPT_METHOD.get(algo, "modelopt")
+            cfg["quant_method"] = _PRODUCER_METHOD[algo]
     method = cfg.get("quant_method")
     if not isinstance(method, str) or not method.strip():
         raise PlanError(
@@ -290,43 +295,59 @@ def _quant_from_config(
     return quant_from_name(method, cfg, model_type, where=where), method, cfg
 
 
-def _ct_spec(qcfg: Mapping[str, Any], prefix: str) -> QuantSpec:
+def _ct_spec(qcfg: Mapping[str, Any], prefix: str) -> QuantSpec | None:
     """compressed-tensors per layer (``CompressedTensorsConfig.from_config``): each config
-    group's weights scheme for its targets, in order (groups that target only an Attention
-    class are dropped, as vLLM drops them), and the ignore list; the first group's bytes
-    describe the checkpoint where one figure is wanted."""
+    group's weights scheme for its targets (groups that target only an Attention class are
+    dropped, as vLLM drops them; a target named twice keeps its first place and takes the later
+    group's scheme, as vLLM's target map does), and the ignore list; the first target's bytes
+    describe the checkpoint where one figure is wanted. None without any weights group."""
     groups = qcfg.get("config_groups") or {}
     if not isinstance(groups, Mapping):
         raise PlanError(f"{prefix}.config_groups", f"must be an object, got {_kind(groups)}", "fix config.json")
     ignore = qcfg.get("ignore") or []
     if not isinstance(ignore, list) or not all(isinstance(i, str) for i in ignore):
         raise PlanError(f"{prefix}.ignore", f"must be a list of module names, got {_kind(ignore)}", "fix config.json")
-    targets: list[tuple[str, QuantSpec]] = []
+    targets: dict[str, QuantSpec] = {}
     for name, grp in groups.items():
-        weights = grp.get("weights") if isinstance(grp, Mapping) else None
-        if not isinstance(grp, Mapping) or not isinstance(weights, Mapping | None):
+        where = f"{prefix}.config_groups.{name}"
+        if not isinstance(grp, Mapping):
+            raise PlanError(where, f"must be an object, got {_kind(grp)}", "fix config.json")
+        named = grp.get("targets")
+        if not isinstance(named, list) or not named or not all(isinstance(t, str) for t in named):
             raise PlanError(
-                f"{prefix}.config_groups.{name}", "must be an object with a weights object", "fix config.json"
+                f"{where}.targets",
+                "is missing" if named is None else "must be a non-empty list of module or class names",
+                "fix config.json (vLLM reads every group's targets)",
             )
-        named = grp.get("targets") or ["Linear"]
-        if not isinstance(named, list) or not all(isinstance(t, str) for t in named):
-            raise PlanError(f"{prefix}.config_groups.{name}.targets", "must be a list of names", "fix config.json")
         if len(named) == 1 and named[0].endswith("Attention"):
             continue
-        where = f"{prefix}.config_groups.{name}.weights"
-        weights = weights or {}
-        bits = _as_int(weights.get("num_bits", 8), f"{where}.num_bits", 1, 64, "use 2, 3, 4 or 8")
+        weights = grp.get("weights")
+        if not isinstance(weights, Mapping):
+            raise PlanError(
+                f"{where}.weights",
+                f"must be an object, got {_kind(weights)} (vLLM validates it as QuantizationArgs and refuses)",
+                "fix config.json",
+            )
+        if str(weights.get("actorder") or "").lower() in ("group", "dynamic"):
+            raise PlanError(
+                f"{where}.weights.actorder",
+                f"{_show(weights['actorder'])}: compressed-tensors group/dynamic activation ordering is no longer "
+                "supported by vLLM",
+                "use a checkpoint with static or weight activation ordering, or none",
+            )
+        bits = _as_int(weights.get("num_bits", 8), f"{where}.weights.num_bits", 1, 64, "use 2, 3, 4 or 8")
         if bits not in (2, 3, 4, 8):
             raise PlanError(
-                f"{where}.num_bits",
+                f"{where}.weights.num_bits",
                 f"{bits}-bit weights are not a compressed-tensors format",
                 "use one of [2, 3, 4, 8]",
             )
-        fmt = ct_group_spec(weights, bits, where)
-        targets.extend((t, fmt) for t in named)
+        fmt = ct_group_spec(weights, bits, f"{where}.weights")
+        targets.update(dict.fromkeys(named, fmt))
     if not targets:
-        return QuantSpec("compressed-tensors", 8)
-    return replace(targets[0][1], targets=tuple(targets), ignore=tuple(ignore))
+        return None
+    first = next(iter(targets.values()))
+    return replace(first, targets=tuple(targets.items()), ignore=tuple(ignore))
 
 
 def quant_from_name(
@@ -352,14 +373,14 @@ def quant_from_name(
 
     if method in ("", "none"):
         return None
-    algo = _modelopt_algo(qcfg) if method.startswith("modelopt") else ""
-    if algo:
+    if method.startswith("modelopt") and where is not None and qcfg:
         # The checkpoint's own config: per-algorithm bytes, exclusions, MIXED_PRECISION's table.
-        inner = qcfg.get("quantization")
-        tables = (qcfg, inner) if isinstance(inner, Mapping) else (qcfg,)
-        if algo == "MIXED_PRECISION" and not any("quantized_layers" in t for t in tables):
+        flat_mixed = "quantization" not in qcfg and _modelopt_algo(qcfg) == "MIXED_PRECISION"
+        if flat_mixed and "quantized_layers" not in qcfg:
             return None  # config.json without the table: vLLM reads hf_quant_config.json's (accounting's _quant)
         return modelopt_spec(qcfg, prefix)
+    if method in ("modelopt_mxfp8", "mxfp8") and where is not None:
+        return mxfp8_spec(qcfg, prefix)
     if method == "modelopt_mixed":
         return None  # per-layer without its table: the model dtype's bytes (an upper bound)
     if method in ("quark", "torchao", "online", "humming"):
@@ -725,7 +746,7 @@ def load_model(model: str) -> ModelSpec:
         if file_bytes is not None:
             spec = _with_file_bytes(spec, file_bytes)
 
-        return replace(spec, json_files=_quant_files(path))
+        return replace(spec, json_files=_quant_files(path), folder=str(path))
     if is_file and path.name.endswith(".json"):
         return spec_from_config(_load_config(path), name=str(path), source=str(path))
     cfg = lookup_model(model)
