@@ -27,12 +27,18 @@ options:
       - "The plan."
     type: dict
     required: true
+  gateway:
+    description:
+      - "The deployment's gateway (C(vllm_fleet_deployment.gateway)): the gateway line then names the
+        balancer it chose and why."
+    type: dict
+    required: false
 """
 
 EXAMPLES = r"""
 - name: Show the plan
   ansible.builtin.debug:
-    msg: "{{ vllm_fleet_plan | vllm_fleet_plan_table }}"
+    msg: "{{ vllm_fleet_plan | vllm_fleet_plan_table(vllm_fleet_deployment.gateway) }}"
 """
 
 RETURN = r"""
@@ -42,8 +48,8 @@ _value:
 """
 
 
-def vllm_fleet_plan_table(plan: dict[str, Any]) -> Any:
-    return render_plan(plan)
+def vllm_fleet_plan_table(plan: dict[str, Any], gateway: dict[str, Any] | None = None) -> Any:
+    return render_plan(plan, gateway)
 
 
 class FilterModule:

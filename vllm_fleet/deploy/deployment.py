@@ -63,14 +63,52 @@ def instance_served_name(inst: dict[str, Any]) -> str:
     return str(inst.get("served_model_name") or inst["name"].rsplit("-", 1)[0])
 
 
+# What `make bench-prefix` measured (2026-12-06, two vLLM CPU replicas, mean of 3 runs): the
+# prefix-cache hit rate of each balancer on each workload, least_conn first. The plan's reason
+# for an automatic choice quotes them (docs/benchmarks.md, "bench-prefix").
+MEASURED_HIT_RATES = {
+    "shared_prefixes": "cache_aware 45.5 % against nginx least_conn's 23.2 % (24 documents, four times a replica's "
+    "KV pool), 88.0 % against 64.0 % (8 documents)",
+    "sessions": "consistent_hash 59.4 % against nginx least_conn's 47.8 % (16 chat sessions with x-session-id)",
+}
+WORKLOAD_POLICY = {"shared_prefixes": "cache_aware", "sessions": "consistent_hash"}
+
+
+def balancer_of(plan: dict[str, Any], settings: dict[str, Any]) -> tuple[str, str, str]:
+    """(balancer, vllm-router policy, reason): gateway_balancer auto takes vllm-router where a
+    model has several replicas and gateway_workload says its requests share prefixes (cache_aware)
+    or sessions (consistent_hash), as bench-prefix measured; nginx's least_conn otherwise (no
+    extra service, 2-3 ms less per request, and the same hit rate on requests that share nothing).
+    An explicit balancer or policy is kept."""
+    wish = str(settings.get("gateway_balancer") or "auto")
+    workload = str(settings.get("gateway_workload") or "independent")
+    asked_policy = str(settings.get("gateway_router_policy") or "auto")
+    policy = asked_policy if asked_policy != "auto" else WORKLOAD_POLICY.get(workload, "cache_aware")
+    if wish != "auto":
+        return wish, policy, f"gateway_balancer {wish}"
+    routes = plan["gateway"].get("routes") or []
+    replicas = max((len(r["upstreams"]) for r in routes), default=len(plan["gateway"]["upstreams"]))
+    if replicas < 2:
+        return "nginx", policy, "one replica per model: no routing choice to make"
+    if workload not in WORKLOAD_POLICY:
+        return (
+            "nginx",
+            policy,
+            (
+                "gateway_workload independent: requests share no prefixes to keep together, and least_conn needs "
+                "no router (set gateway_workload to shared_prefixes or sessions where they do)"
+            ),
+        )
+    return "vllm-router", policy, f"gateway_workload {workload}, {replicas} replicas: {MEASURED_HIT_RATES[workload]}"
+
+
 def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Whether nginx runs, where, on which port, in front of which upstreams, and who spreads
     the requests over them (nginx itself, or a vllm-router per model behind it)."""
     wish = str(settings.get("gateway") or "auto")
     enabled = bool(plan["gateway"]["enabled"]) if wish == "auto" else wish == "true"
     nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
-    balancer = str(settings.get("gateway_balancer") or "nginx")
-    policy = str(settings.get("gateway_router_policy") or "cache_aware")
+    balancer, policy, reason = balancer_of(plan, settings)
     keyed = bool(settings.get("api_key"))
     # Loopback unless a key guards it: an open model endpoint on every interface is opt-in.
     listen = str(settings.get("gateway_listen") or (ANY_ADDRESS if keyed else LOOPBACK))
@@ -84,6 +122,7 @@ def gateway_of(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]
         # nginx's least_conn, or one vllm-router per model behind nginx with its policy.
         "balancer": balancer,
         "router_policy": policy,
+        "balancer_reason": reason,
         "strategy": plan["gateway"].get("strategy", "least_conn") if balancer == "nginx" else f"vllm-router {policy}",
         # Several models: each one's served name and upstreams; the gateway routes a request
         # by the model its body names (empty: one model, every upstream serves it).

@@ -145,11 +145,18 @@ VARIABLES: tuple[Var, ...] = (
     V("gateway_listen", "str", None, "all",
       "the address nginx listens on (default: 0.0.0.0 with an API key, 127.0.0.1 without one; "
       "beyond loopback without a key the plan warns)"),
-    V("gateway_balancer", "choice", "nginx", "all",
-      "nginx (least_conn) or vllm-router (one router per model behind nginx, cache-aware)", ("nginx", "vllm-router")),
-    V("gateway_router_policy", "choice", "cache_aware", "all",
-      "vllm-router's policy (consistent_hash: by the clients' x-session-id or x-user-id header, else the prompt)",
-      ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")),
+    V("gateway_balancer", "choice", "auto", "all",
+      "auto (vllm-router where a model has several replicas and gateway_workload is shared_prefixes or sessions, "
+      "else nginx; the plan prints why), nginx (least_conn) or vllm-router (one router per model behind nginx)",
+      ("auto", "nginx", "vllm-router")),
+    V("gateway_workload", "choice", "independent", "all",
+      "what requests share, for gateway_balancer auto: independent, shared_prefixes (documents or long system "
+      "prompts reused across requests), sessions (multi-turn chats whose clients send x-session-id)",
+      ("independent", "shared_prefixes", "sessions")),
+    V("gateway_router_policy", "choice", "auto", "all",
+      "vllm-router's policy: auto (consistent_hash for sessions, else cache_aware), cache_aware, consistent_hash "
+      "(by the clients' x-session-id or x-user-id header, else the prompt), power_of_two, round_robin, random",
+      ("auto", "cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")),
     # Day 2: metrics and alerts, the watchdog, rolling restarts
     V("monitoring", "choice", "auto", "all", "auto (Prometheus for several instances behind the gateway), true, false",
       ("auto", "true", "false")),

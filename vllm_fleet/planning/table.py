@@ -95,7 +95,9 @@ def _part(key: str, value: float) -> str:
     return f"{int(value):,}"
 
 
-def render_plan(plan: dict[str, Any]) -> str:
+def render_plan(plan: dict[str, Any], gateway: dict[str, Any] | None = None) -> str:
+    """The plan as a table; with the deployment's ``gateway``, the gateway line names the
+    balancer that deployment chose and why (gateway_balancer auto)."""
     rows = []
     for inst in plan["instances"]:
         mem = inst["memory"]
@@ -143,11 +145,15 @@ def render_plan(plan: dict[str, Any]) -> str:
             lines.append(f"{inst['name']} executor {inst['executor']}: {inst['executor_reason']}")
     if plan.get("vllm_version"):
         lines.append(f"vLLM {plan['vllm_version']} (memory accounting of that release)")
+    chosen = gateway if gateway and gateway.get("enabled") else None
+    strategy = chosen["strategy"] if chosen else plan["gateway"]["strategy"]
     if plan["gateway"].get("routes"):
-        lines += ["", f"gateway: by the request's model, then {plan['gateway']['strategy']}:"]
+        lines += ["", f"gateway: by the request's model, then {strategy}:"]
         lines += [f"  {r['model']}: {', '.join(r['upstreams'])}" for r in plan["gateway"]["routes"]]
     elif plan["gateway"]["upstreams"]:
-        lines += ["", f"gateway: {plan['gateway']['strategy']} over " + ", ".join(plan["gateway"]["upstreams"])]
+        lines += ["", f"gateway: {strategy} over " + ", ".join(plan["gateway"]["upstreams"])]
+    if chosen and chosen.get("balancer_reason") and (plan["gateway"].get("routes") or plan["gateway"]["upstreams"]):
+        lines.append(f"  balancer {chosen['balancer']}: {chosen['balancer_reason']}")
     for warn in plan.get("warnings", []):
         lines.append(f"warning: {warn}")
     if plan["rejected"]:
