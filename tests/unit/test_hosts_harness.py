@@ -188,3 +188,26 @@ def test_the_stage_failure_quotes_the_command_output() -> None:
 
     run.step("a scenario", failing, fatal=False)
     assert run.failures == ["a scenario"] and "boom" in run.excerpts["a scenario"]
+
+
+def test_molecule_runs_once_more_only_when_it_did_not_find_ansible(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    outcomes = iter(
+        [None, ci.CommandFailed("exit 1", "RuntimeError: ansible-playbook is not available. Please ..."), None, None]
+    )
+
+    def fake_call(argv: list[str], cwd: Path = ci.REPO, **_: object) -> None:
+        calls.append(argv[1])
+        outcome = next(outcomes)
+        if outcome is not None:
+            raise outcome
+
+    monkeypatch.setattr(ci, "_call", fake_call)
+    ci.run_molecule(ci.REPO, "default")
+    assert calls == ["reset", "test", "reset", "test"]
+    # Any other failure is the role's and fails the stage at once.
+    calls.clear()
+    outcomes = iter([None, ci.CommandFailed("exit 2", "fatal: [node1]: FAILED! => assertion")])
+    with pytest.raises(ci.CommandFailed):
+        ci.run_molecule(ci.REPO, "default")
+    assert calls == ["reset", "test"]
