@@ -4,7 +4,8 @@ vLLM's CPU build instantiates each model class on the meta device from a shrunk 
 (one process, TP=1); the bytes of its parameters and persistent buffers (the rotary cache
 once, Falcon-H1's mup vectors; not MambaMixer2's ``conv_weights``, a view of conv1d's
 weight, nor the 4-byte attention scales) are what the planner's weights must equal, since
-the planner counts these layers parameter by parameter. Left out: DeepSeek V3.2 (its
+the planner counts these layers parameter by parameter (scalar buffers, Gemma 4's normalizer and
+layer scalars, are left out on both sides). Left out: DeepSeek V3.2 (its
 sparse-attention layers need an accelerator to be built) and Nemotron-H's MoE blocks
 (vLLM's CPU build has no backend for non-gated experts); tests/unit/test_kv_families.py
 derives both.
@@ -41,7 +42,37 @@ _EXTRA: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+# Gemma 4 (gemma4.py): sliding layers at head_dim 64, full ones at their own; per-layer
+# embeddings; a KV-shared tail with only q_proj (double-wide MLP there in the MoE case); the MoE
+# block beside the dense MLP; attention_k_eq_v with global KV heads; an untied head with a
+# partially rotated full-attention RoPE.
+_GEMMA4: dict[str, Any] = {
+    "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "hidden_size": 256,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "num_hidden_layers": 6, "sliding_window": 128, "vocab_size": 1000, "vocab_size_per_layer_input": 1000,
+    "hidden_size_per_layer_input": 32, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+    "tie_word_embeddings": True,
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
+}  # fmt: skip
+GEMMA4 = {
+    "gemma4": dict(_GEMMA4, per_layer_config={"2": {"head_dim": 128}, "5": {"head_dim": 128}}, num_kv_shared_layers=2),
+    "gemma4_moe": dict(
+        _GEMMA4, global_head_dim=128, num_kv_shared_layers=2, num_experts=4, top_k_experts=2,
+        moe_intermediate_size=64, use_double_wide_mlp=True, attention_k_eq_v=True, num_global_key_value_heads=1,
+    ),
+    "gemma4_untied": dict(
+        _GEMMA4, global_head_dim=128, hidden_size_per_layer_input=0, tie_word_embeddings=False,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "partial_rotary_factor": 0.5, "rope_theta": 1e6},
+        },
+    ),
+}  # fmt: skip
+
+
 def config(name: str) -> dict[str, Any]:
+    if name in GEMMA4:
+        return GEMMA4[name]
     base, extra = _EXTRA.get(name, (name, {}))
     cfg = dict(CONFIGS[base][2], **extra)
     cfg.update(architectures=[ARCHITECTURES[name]], tie_word_embeddings=False, max_position_embeddings=4096)
@@ -80,7 +111,7 @@ for name, cfg in DATA.items():
     buffers = sum(
         b.numel() * b.element_size()
         for n, b in model.named_buffers()
-        if not n.endswith("conv_weights") and not n.endswith("_scale")
+        if not n.endswith("conv_weights") and not n.endswith("_scale") and b.numel() > 1
     )
     RESULT[name] = {"params": params, "buffers": buffers}
 """
@@ -88,11 +119,11 @@ for name, cfg in DATA.items():
 
 @pytest.fixture(scope="module")
 def built(oracle: OracleRun) -> dict[str, dict[str, int]]:
-    result: dict[str, dict[str, int]] = oracle(ORACLE, {name: config(name) for name in ARCHITECTURES})
+    result: dict[str, dict[str, int]] = oracle(ORACLE, {name: config(name) for name in [*ARCHITECTURES, *GEMMA4]})
     return result
 
 
-@pytest.mark.parametrize("name", list(ARCHITECTURES))
+@pytest.mark.parametrize("name", [*ARCHITECTURES, *GEMMA4])
 def test_weights_are_the_parameters_vllm_builds(built: dict[str, dict[str, int]], name: str) -> None:
     spec = spec_from_config(config(name), name)
     est = estimate(spec, H100, Settings(max_model_len=4096))

@@ -192,6 +192,45 @@ def _indexer_weight_bytes(spec: ModelSpec, quant: QuantSpec | None, db: float) -
     return wq_b + spec.hidden_size * (hd + heads) * db + 2 * hd * 4
 
 
+def _gemma4_layer_bytes(
+    spec: ModelSpec, index: int, tp: int, ep: int, quant: QuantSpec | None, db: float, moe: MoeParallel | None
+) -> float:
+    """One Gemma4DecoderLayer on one rank: attention at the layer's own head_dim and KV heads
+    (a KV-shared layer has q_proj and o_proj only, and no k_norm), four norms, the MLP (double
+    wide in the KV-shared tail with use_double_wide_mlp), the MoE block beside it (router with
+    its scales, the experts, three more norms) and the per-layer-embedding gate, projection
+    (replicated) and norm."""
+    h = spec.hidden_size
+    hd, kvh = spec.layer_head_dims[index], spec.layer_kv_heads[index]
+    q_out = spec.num_attention_heads / tp * hd
+    shared = 0 < spec.kv_shared_start <= index
+    attn_q = _part(quant, index, "attn")
+    total = _linear(h * q_out, attn_q, db)  # q_proj
+    total += _linear(q_out * h, attn_q, db) + hd * db  # o_proj, q_norm
+    if not shared:
+        total += _linear(h * 2 * max(1.0, kvh / tp) * hd, attn_q, db) + hd * db  # k and v, k_norm
+    inter = spec.intermediate_size * (2 if shared and spec.double_wide_mlp else 1)
+    total += _linear(3 * h * inter / tp, _part(quant, index, "mlp"), db) + 4 * h * db
+    if spec.num_experts:
+        experts = spec.num_experts
+        total += (h + experts) * db + h * experts * db + 3 * h * db  # router scale, per-expert scale, proj; norms
+        total += _routed_expert_bytes(spec, tp, ep, _part(quant, index, "experts"), db, moe)
+    if spec.per_layer_input_dim:
+        total += _linear(2 * h * spec.per_layer_input_dim, quant, db) + h * db
+    return total
+
+
+def _gemma4_model_bytes(spec: ModelSpec, tp: int, quant: QuantSpec | None, db: float) -> float:
+    """What Gemma4Model builds on every rank besides its layers (it has no first-rank check):
+    the per-layer embedding table (vocab_size_per_layer_input x layers x width, vocabulary
+    sharded like the embedding), the model projection to it (column parallel) and its norm."""
+    width = spec.num_layers * spec.per_layer_input_dim
+    if not width:
+        return 0.0
+    rows = _ceil_div(_ceil_div(spec.per_layer_input_vocab, VOCAB_PAD) * VOCAB_PAD, tp)
+    return rows * width * db + _linear(spec.hidden_size * width / tp, quant, db) + spec.per_layer_input_dim * db
+
+
 def _layer_bytes(
     spec: ModelSpec,
     index: int,
@@ -202,6 +241,8 @@ def _layer_bytes(
     acct: Accounting,
     moe: MoeParallel | None = None,
 ) -> float:
+    if spec.layer_head_dims:
+        return _gemma4_layer_bytes(spec, index, tp, ep, quant, db, moe)
     norms = 2 * spec.hidden_size * db
     if spec.model_type.startswith("gemma2") or spec.model_type.startswith("gemma3"):
         norms *= 2  # pre/post norms around attention and MLP
@@ -237,7 +278,8 @@ def _stage_parts(
 ) -> _Parts:
     parts = _Parts()
     rows = _vocab_rows(spec, tp)
-    if first:
+    gemma4 = bool(spec.layer_head_dims)
+    if first or gemma4:  # Gemma4Model builds its embeddings on every PP rank
         parts.embed = rows * spec.hidden_size * db
         parts.vision = spec.vision_params * db / 1  # vision towers are replicated
     if last:
@@ -246,9 +288,15 @@ def _stage_parts(
             head_q = _part(quant, None, "head")
             parts.head += _linear(rows * spec.hidden_size, head_q, db)
     parts.layer = sum(_layer_bytes(spec, i, tp, ep, quant, db, acct, moe) for i in layers)
-    # Rotary cos/sin cache: max_position x rotary_dim in the model dtype.
-    if layers and spec.rotary:
+    # Rotary cos/sin cache: max_position x rotary_dim in the model dtype (one per layer kind
+    # with its own RoPE, as get_rope caches them).
+    if layers and spec.kind_rope_dims:
+        kinds = {spec.layer_type(i) for i in layers}
+        parts.other = spec.max_position_embeddings * sum(d for k, d in spec.kind_rope_dims if k in kinds) * db
+    elif layers and spec.rotary:
         parts.other = spec.max_position_embeddings * (spec.rope_dim or spec.head_dim) * db
+    if gemma4:
+        parts.other += _gemma4_model_bytes(spec, tp, quant, db)
     return parts
 
 

@@ -246,3 +246,88 @@ def _llama4_text(
         types,
         chunk,
     )
+
+
+# Gemma 4 (vLLM 0.32's gemma4.py, transformers 5.19's Gemma4TextConfig), read from text_config's
+# model_type for the multimodal checkpoints.
+GEMMA4_TYPES = ("gemma4_text", "gemma4")
+
+
+def _gemma4_rope_dim(cfg: Mapping[str, Any], source: str, kind: str, head_dim: int) -> int:
+    """The width of one layer kind's rotary cos/sin cache: the kind's ``rope_parameters`` entry;
+    ``proportional`` RoPE keeps the whole head (its frequencies are zero past the rotated part),
+    the others rotate ``partial_rotary_factor`` of it."""
+    params = cfg.get("rope_parameters")
+    entry = params.get(f"{kind}_attention") if isinstance(params, Mapping) else None
+    if entry is None and isinstance(params, Mapping) and "rope_type" in params:
+        entry = params  # the legacy single-dict form
+    if entry is None:
+        entry = {"rope_type": "proportional", "partial_rotary_factor": 0.25} if kind == "full" else {}
+    if not isinstance(entry, Mapping):
+        raise PlanError(f"{source}:rope_parameters.{kind}_attention", "must be an object", "fix config.json")
+    if entry.get("rope_type") == "proportional":
+        return head_dim
+    return int(head_dim * _float(entry, f"{source}:rope_parameters.{kind}_attention", "partial_rotary_factor",
+                                 1.0, 0.0, 1.0))  # fmt: skip
+
+
+def gemma4_fields(cfg: Mapping[str, Any], source: str, layers: int, head_dim: int, kv_heads: int) -> dict[str, Any]:
+    """Gemma 4's per-layer shape as ``Gemma4TextConfig.__post_init__`` and ``Gemma4DecoderLayer``
+    build it: ``layer_types`` (5 sliding, 1 full by default; the last layer always full), each
+    layer's head_dim and KV heads (``per_layer_config``, else full layers at
+    ``global_head_dim`` (512) and, with ``attention_k_eq_v``, ``num_global_key_value_heads``),
+    the KV-shared tail (``num_kv_shared_layers``: those layers read an earlier layer's cache and
+    hold only q_proj), the per-layer embeddings (``hidden_size_per_layer_input``, 256 by default,
+    over ``vocab_size_per_layer_input``), the double-wide MLP of the KV-shared layers and the MoE
+    block (``num_experts``, ``top_k_experts``, ``moe_intermediate_size``) beside the dense MLP."""
+    raw = cfg.get("layer_types")
+    if isinstance(raw, list) and len(raw) == layers:
+        types = ["sliding" if "sliding" in str(t) else "full" for t in raw]
+    else:
+        types = ["sliding" if (i + 1) % 6 else "full" for i in range(layers)]
+    types[-1] = "full"
+    dims, kvs = [head_dim] * layers, [kv_heads] * layers
+    per_layer = cfg.get("per_layer_config")
+    if per_layer is not None:
+        if not isinstance(per_layer, Mapping):
+            raise PlanError(f"{source}:per_layer_config", "must map layer indices to overrides", "fix config.json")
+        for key, over in per_layer.items():
+            where = f"{source}:per_layer_config.{key}"
+            index = _as_int(int(key) if str(key).isdigit() else key, where, 0, layers - 1, "a layer index")
+            if not isinstance(over, Mapping):
+                raise PlanError(where, "must be an object (head_dim, num_key_value_heads)", "fix config.json")
+            dims[index] = _int(over, where, "head_dim", default=head_dim, minimum=1, maximum=1 << 16)
+            kvs[index] = _int(over, where, "num_key_value_heads", default=kv_heads, minimum=1, maximum=MAX_HEADS)
+    else:
+        global_dim = _int(cfg, source, "global_head_dim", default=512, minimum=1, maximum=1 << 16)
+        global_kv = _int(cfg, source, "num_global_key_value_heads", maximum=MAX_HEADS)
+        k_eq_v = _flag(cfg, source, "attention_k_eq_v")
+        for i, kind in enumerate(types):
+            if kind == "full":
+                dims[i] = global_dim
+                kvs[i] = global_kv if k_eq_v and global_kv else kv_heads
+    shared = _int(cfg, source, "num_kv_shared_layers", maximum=layers - 1)
+    ple = _int(cfg, source, "hidden_size_per_layer_input", default=256, maximum=1 << 16)
+    experts = _int(cfg, source, "num_experts", maximum=MAX_EXPERTS)
+    top_k = _int(cfg, source, "top_k_experts", maximum=MAX_EXPERTS) if experts else 0
+    moe_inter = _int(cfg, source, "moe_intermediate_size", "expert_intermediate_size", maximum=1 << 24)
+    if experts and not (top_k and moe_inter):
+        missing = "top_k_experts" if not top_k else "moe_intermediate_size"
+        raise PlanError(f"{source}:{missing}", f"is missing for Gemma 4's MoE block ({experts} experts)",
+                        "state it as the checkpoint's config.json does")  # fmt: skip
+    rope = {kind: _gemma4_rope_dim(cfg, source, kind, dims[types.index(kind)]) for kind in dict.fromkeys(types)}
+    return {
+        "layer_types": tuple(types),
+        "layer_head_dims": tuple(dims),
+        "layer_kv_heads": tuple(kvs),
+        "kv_shared_start": layers - shared if shared else 0,
+        "per_layer_input_dim": ple,
+        "per_layer_input_vocab": _int(cfg, source, "vocab_size_per_layer_input", default=262144, maximum=1 << 24)
+        if ple
+        else 0,
+        "double_wide_mlp": _flag(cfg, source, "use_double_wide_mlp") and bool(shared),
+        "num_experts": experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": moe_inter if experts else 0,
+        "kind_rope_dims": tuple(rope.items()),
+    }

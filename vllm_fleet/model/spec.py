@@ -27,7 +27,14 @@ from typing import Any
 from vllm_fleet.accounting.multimodal import VisionSpec, vision_spec_from_config
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.catalog import MODELS, lookup_model
-from vllm_fleet.model.families import _hybrid_layer_types, _llama4_text, _mixer_fields, check_layer_types
+from vllm_fleet.model.families import (
+    GEMMA4_TYPES,
+    _hybrid_layer_types,
+    _llama4_text,
+    _mixer_fields,
+    check_layer_types,
+    gemma4_fields,
+)
 from vllm_fleet.model.files import (
     _encoder_max_seq_length,
     _read_text,
@@ -176,6 +183,16 @@ class ModelSpec:
     # Speculative decoding: the MTP modules the checkpoint carries (num_nextn_predict_layers,
     # or mtp_num_hidden_layers: what SpeculativeConfig.hf_config_override makes n_predict)
     # and an EAGLE-3 draft's own vocabulary (draft_vocab_size, 0: the target's).
+    # Gemma 4: each layer's head_dim and KV heads (empty: head_dim and num_kv_heads everywhere),
+    # the first layer of the KV-shared tail (0: none), the per-layer embeddings' width and
+    # vocabulary, the KV-shared layers' double-wide MLP, each layer kind's rotary cache width.
+    layer_head_dims: tuple[int, ...] = ()
+    layer_kv_heads: tuple[int, ...] = ()
+    kv_shared_start: int = 0
+    per_layer_input_dim: int = 0
+    per_layer_input_vocab: int = 0
+    double_wide_mlp: bool = False
+    kind_rope_dims: tuple[tuple[str, int], ...] = ()
     mtp_layers: int = field(default=0, compare=False)
     draft_vocab_size: int = field(default=0, compare=False)
 
@@ -589,6 +606,14 @@ def _spec_from_config(
     if shared and not shared_inter:
         shared_inter = moe_inter * shared
     chunk = 0
+    gemma4: dict[str, Any] = {}
+    if model_type in GEMMA4_TYPES:
+        gemma4 = gemma4_fields(cfg, source, layers, head_dim, kv_heads)
+        layer_types = gemma4.pop("layer_types")
+        experts, top_k, moe_inter = (
+            gemma4.pop(k) for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
+        )
+        window = _int(cfg, source, "sliding_window", default=512, minimum=1, maximum=MAX_POSITIONS)
     if model_type in ("llama4", "llama4_text"):
         inter, moe_inter, experts, top_k, step, shared, shared_inter, layer_types, chunk = _llama4_text(
             cfg, source, layers
@@ -651,6 +676,7 @@ def _spec_from_config(
         layer_types=layer_types,
         **_mixer_fields(cfg, source, model_type, hidden, layer_types),
         attention_chunk_size=chunk,
+        **gemma4,
         rope_dim=rope_dim,
         rotary=model_type not in ("nemotron_h", "jamba")
         and (model_type != "granitemoehybrid" or cfg.get("position_embedding_type") == "rope"),

@@ -1,0 +1,61 @@
+"""Gemma 4 read as transformers' Gemma4TextConfig and vLLM 0.32's gemma4.py build it (the
+weights are checked against the model vLLM builds in tests/oracle/test_hybrid_weights_oracle.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vllm_fleet.accounting.memory import estimate
+from vllm_fleet.accounting.settings import Device, Settings
+from vllm_fleet.errors import PlanError
+from vllm_fleet.model.spec import spec_from_config
+
+H100 = Device("H100-SXM", 79.19, "cuda", 9)
+BASE: dict[str, Any] = {
+    "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "hidden_size": 2304,
+    "intermediate_size": 9216, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+    "num_hidden_layers": 12, "vocab_size": 262144, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def test_an_unstated_layout_takes_transformers_defaults() -> None:
+    spec = spec_from_config(BASE, "g")
+    assert spec.layer_types == ("sliding",) * 5 + ("full",) + ("sliding",) * 5 + ("full",)
+    assert spec.sliding_window == 512
+    # Full layers at global_head_dim (512) with the model's KV heads; sliding ones at head_dim.
+    assert [spec.layer_head_dims[i] for i in (0, 5)] == [256, 512]
+    assert spec.layer_kv_heads == (4,) * 12
+    assert (spec.per_layer_input_dim, spec.per_layer_input_vocab, spec.kv_shared_start) == (256, 262144, 0)
+    assert dict(spec.kind_rope_dims) == {"sliding": 256, "full": 512}  # proportional RoPE keeps the head
+
+
+def test_the_last_layer_is_always_full_and_k_eq_v_takes_the_global_kv_heads() -> None:
+    cfg = dict(BASE, layer_types=["sliding_attention"] * 12, attention_k_eq_v=True, num_global_key_value_heads=1,
+               num_kv_shared_layers=4)  # fmt: skip
+    spec = spec_from_config(cfg, "g")
+    assert spec.layer_types[-1] == "full" and spec.layer_kv_heads[-1] == 1 and spec.layer_kv_heads[0] == 4
+    assert spec.kv_shared_start == 8
+
+
+def test_the_per_layer_embeddings_count_on_every_pipeline_stage() -> None:
+    """Gemma4Model builds its embedding and its per-layer table on every rank: 262,144 rows x
+    12 layers x 256 in bfloat16 is 1.5 GiB, on each of two stages."""
+    with_ple = estimate(spec_from_config(BASE, "g"), H100, Settings(max_model_len=4096, pipeline_parallel_size=2))
+    without = estimate(
+        spec_from_config(dict(BASE, hidden_size_per_layer_input=0), "g"),
+        H100,
+        Settings(max_model_len=4096, pipeline_parallel_size=2),
+    )
+    # The table, the model's projection to it and its norm; each of the stage's 6 layers its gate,
+    # projection and norm.
+    model = (262144 * 12 * 256 + 2304 * 12 * 256 + 256) * 2
+    layers = 6 * (2 * 2304 * 256 + 2304) * 2
+    for a, b in zip(with_ple.ranks, without.ranks, strict=True):
+        assert (a.weights_gib - b.weights_gib) * (1 << 30) == pytest.approx(model + layers, rel=1e-9)
+
+
+def test_a_moe_block_without_its_sizes_is_refused() -> None:
+    with pytest.raises(PlanError, match=r"top_k_experts: is missing for Gemma 4's MoE block \(8 experts\)"):
+        spec_from_config(dict(BASE, num_experts=8, moe_intermediate_size=512), "g")
