@@ -196,6 +196,49 @@ CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
             index_head_dim=128,
         ),
     ),
+    # Gemma 4: full layers at their own head_dim (a page twice the sliding one: unified by a
+    # larger sliding block), a KV-shared tail without a cache of its own.
+    "gemma4": (
+        "Gemma4TextConfig",
+        "",
+        dict(
+            _ATTN,
+            model_type="gemma4_text",
+            num_hidden_layers=12,
+            sliding_window=1024,
+            global_head_dim=128,
+            num_kv_shared_layers=4,
+            hidden_size_per_layer_input=0,
+        ),
+    ),
+    # attention_k_eq_v with one global KV head: the pages are equal.
+    "gemma4_keqv": (
+        "Gemma4TextConfig",
+        "",
+        dict(
+            _ATTN,
+            model_type="gemma4_text",
+            num_hidden_layers=12,
+            sliding_window=1024,
+            global_head_dim=128,
+            attention_k_eq_v=True,
+            num_global_key_value_heads=1,
+            hidden_size_per_layer_input=0,
+        ),
+    ),
+    # A full page that the sliding page does not divide (head_dim 96): padded to it.
+    "gemma4_pad": (
+        "Gemma4TextConfig",
+        "",
+        dict(
+            _ATTN,
+            model_type="gemma4_text",
+            num_hidden_layers=12,
+            sliding_window=1024,
+            global_head_dim=96,
+            hidden_size_per_layer_input=0,
+        ),
+    ),
 }
 # (config, TP, KV pool bytes, kv cache dtype, prefix caching): pools that hold a request at
 # LEN and pools too small for it (the fit is then vLLM's estimate).
@@ -267,6 +310,11 @@ def decoder_kinds(name, hf, n):
     # Which cache specs each layer registers, from vLLM's own decoder tables.
     if name in ("gpt_oss", "gpt_oss_13_12", "gemma3"):
         return [["sliding" if t == "sliding_attention" else "full"] for t in hf.layer_types]
+    if name.startswith("gemma4"):
+        # Gemma4Attention: the KV-shared tail reads an earlier layer's cache and registers none.
+        first_shared = n - hf.num_kv_shared_layers
+        return [[] if i >= first_shared else ["sliding" if t == "sliding_attention" else "full"]
+                for i, t in enumerate(hf.layer_types)]
     if name in ("qwen3_next", "qwen3_5"):
         return [["mamba" if t == "linear_attention" else "full"] for t in hf.layer_types]
     if name == "falcon_h1":
@@ -289,6 +337,10 @@ def run(case):
     hf_cls, model_path, cfg = case["hf_class"], case["model"], case["config"]
     kwargs = {k: v for k, v in cfg.items() if k not in ("model_type", "torch_dtype")}
     hf = getattr(transformers, hf_cls)(**kwargs)
+    if name.startswith("gemma4"):
+        # Gemma 4's head_dim and KV heads are per layer (read below per layer); the global values
+        # stand for the sliding layers in the shared model stand-in.
+        hf.allow_global_per_layer_attribute_access = True
     n = hf.num_hidden_layers
     kinds = decoder_kinds(name, hf, n)
     cache = NS(
@@ -345,9 +397,12 @@ def run(case):
     head = model.get_head_size()
     specs = {}
     for i, layer in enumerate(kinds):
+        # Gemma4DecoderLayer: each layer's head_dim and KV heads from per_layer_config.
+        own = hf.per_layer_config[i] if name.startswith("gemma4") else None
         for kind in layer:
-            heads = max(1, hf.num_key_value_heads // tp)
-            common = dict(block_size=cache.block_size, num_kv_heads=heads, head_size=head, dtype=dtype)
+            heads = max(1, (own.num_key_value_heads if own else hf.num_key_value_heads) // tp)
+            size = own.head_dim if own else head
+            common = dict(block_size=cache.block_size, num_kv_heads=heads, head_size=size, dtype=dtype)
             if kind == "full":
                 specs[f"{i}.attn"] = FullAttentionSpec(**common)
             elif kind == "sliding":

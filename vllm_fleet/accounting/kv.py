@@ -78,6 +78,16 @@ class _KvLayout:
     mamba_state_bytes: int = 0  # per sequence and mamba layer, unpadded
     mamba_mode: str = "none"
     in_flight: int = 0  # vLLM's max_in_flight_tokens
+    # Per-layer attention bytes per token where layers differ (Gemma 4's head dims); empty:
+    # token_bytes for every attention layer.
+    layer_token_bytes: tuple[tuple[int, int], ...] = ()
+
+    def token_bytes_of(self, layers: list[int]) -> int:
+        """Attention bytes one token takes in ``layers`` (the rank's layers)."""
+        if not self.layer_token_bytes:
+            return self.token_bytes * self.attention_layers(layers)
+        here = set(layers)
+        return sum(b for i, b in self.layer_token_bytes if i in here)
 
     def bytes_per_block(self, layers: list[int]) -> int:
         """``_get_kv_cache_bytes_per_block`` on one rank: the largest group's pages."""
@@ -195,6 +205,9 @@ def _kv_layout(
     layers of a speculative drafter with the target's page size (MTP modules), numbered
     after the target's layers; they join the last stage's pool (the runner's
     ``get_kv_cache_spec`` lists them with the target's)."""
+    if spec.layer_head_dims and acct.engine == "v1":
+        in_flight = tokens * _in_flight_batches(acct, settings.pipeline_parallel_size, device_kind)
+        return _per_layer_layout(spec, tp, kv_b, block, in_flight)
     token_bytes = _kv_layer_bytes(spec, tp, kv_b, acct)
     all_layers = list(range(spec.num_layers))
     drafts = list(range(spec.num_layers, spec.num_layers + draft_layers))
@@ -247,6 +260,33 @@ def _kv_layout(
         for kind, size, layers in _group_layers(buckets)
     )
     return _KvLayout(groups, block, token_bytes, state, mode, in_flight)
+
+
+def _per_layer_layout(spec: ModelSpec, tp: int, kv_b: float, block: int, in_flight: int) -> _KvLayout:
+    """Gemma 4: layers whose KV heads and head_dim differ by kind, and a KV-shared tail that
+    registers no cache (``get_kv_cache_spec`` skips a layer with a kv_sharing_target). One
+    bucket per spec; ``unify_kv_cache_spec_page_size`` gives every group the largest page: a
+    smaller page that divides it takes a larger block, another is padded to it."""
+    cached = [i for i in range(spec.num_layers) if not 0 < spec.kv_shared_start <= i]
+    tok = {i: int(2 * max(1, spec.layer_kv_heads[i] // tp) * spec.layer_head_dims[i] * kv_b) for i in cached}
+    sizes = {"sliding": spec.sliding_window}
+    buckets: dict[tuple[str, int], list[int]] = {}
+    for i in cached:
+        kind = "sliding" if spec.layer_type(i) == "sliding" and spec.sliding_window else "full"
+        buckets.setdefault((kind, sizes.get(kind, 0)), []).append(i)
+    pages = {key: max(tok[i] for i in layers) * block for key, layers in buckets.items()}
+    top = max(pages.values())
+    shape = {key: (top, block * top // page if top % page == 0 else block) for key, page in pages.items()}
+    per_layer = tuple(sorted(tok.items()))
+    if len(buckets) == 1:
+        (kind, size), layers = next(iter(buckets.items()))
+        group = _KvGroup(kind, tuple(layers), top, block, window=size if kind == "sliding" else 0)
+        return _KvLayout((group,), block, max(tok.values()), in_flight=in_flight, layer_token_bytes=per_layer)
+    groups = tuple(
+        _KvGroup(kind, layers, shape[(kind, size)][0], shape[(kind, size)][1], window=size if kind == "sliding" else 0)
+        for kind, size, layers in _group_layers(buckets)
+    )
+    return _KvLayout(groups, block, max(tok.values()), in_flight=in_flight, layer_token_bytes=per_layer)
 
 
 def _kv_parts(

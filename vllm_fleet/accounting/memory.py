@@ -606,7 +606,7 @@ def _estimate(
 
     ranks: list[RankMemory] = []
     for stage, info in enumerate(stage_info):
-        tok_bytes = layout.token_bytes * layout.attention_layers(info["layers"]) + info["draft_tok_bytes"]
+        tok_bytes = layout.token_bytes_of(info["layers"]) + info["draft_tok_bytes"]
         for tp_rank in range(tp):
             dev = info["device"]
             ranks.append(
