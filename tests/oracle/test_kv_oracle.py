@@ -196,6 +196,18 @@ CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
             index_head_dim=128,
         ),
     ),
+    # GLM-5-style IndexCache (index_topk_freq 2): every other layer from the third builds no
+    # indexer, and holds the MLA latent only.
+    "deepseek_v32_ic": (
+        "DeepseekV32Config",
+        "",
+        dict(
+            _ATTN, model_type="deepseek_v32", num_hidden_layers=8, num_key_value_heads=4, moe_intermediate_size=128,
+            n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=512,
+            q_lora_rank=256, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, index_topk=256,
+            index_n_heads=16, index_head_dim=128, index_topk_freq=2,
+        ),
+    ),
     # Gemma 4: full layers at their own head_dim (a page twice the sliding one: unified by a
     # larger sliding block), a KV-shared tail without a cache of its own.
     "gemma4": (
@@ -247,9 +259,9 @@ CASES = [
     for name in CONFIGS
     for tp, kv_dtype, prefix in (
         [(1, "auto", True), (2, "auto", True), (1, "auto", False)]
-        + ([(1, "fp8", True)] if name == "deepseek_v32" else [])
+        + ([(1, "fp8", True)] if name.startswith("deepseek_v32") else [])
     )
-    if not (name == "deepseek_v32" and not prefix)
+    if not (name.startswith("deepseek_v32") and not prefix)
     for mem in (1 << 30, 40 << 20, 8 << 20)
 ]
 
@@ -319,8 +331,11 @@ def decoder_kinds(name, hf, n):
         return [["mamba" if t == "linear_attention" else "full"] for t in hf.layer_types]
     if name == "falcon_h1":
         return [["full", "mamba"]] * n
-    if name == "deepseek_v32":
-        return [["mla", "indexer"]] * n
+    if name.startswith("deepseek_v32"):
+        # DeepseekV2MLAAttention (IndexCache): a layer builds its indexer unless
+        # max(i - index_skip_topk_offset + 1, 0) % index_topk_freq.
+        freq, offset = getattr(hf, "index_topk_freq", 1), getattr(hf, "index_skip_topk_offset", 2)
+        return [["mla"] + (["indexer"] if max(i - offset + 1, 0) % freq == 0 else []) for i in range(n)]
     module = importlib.import_module("vllm.model_executor.models." + name.replace("granite_h", "granitemoehybrid"))
     table = module.ALL_DECODER_LAYER_TYPES
     attr = {"nemotron_h": "hybrid_override_pattern", "jamba": "layers_block_type"}.get(name, "layer_types")
@@ -344,7 +359,7 @@ def run(case):
     n = hf.num_hidden_layers
     kinds = decoder_kinds(name, hf, n)
     cache = NS(
-        block_size=64 if name == "deepseek_v32" else 16, user_specified_block_size=False, cache_dtype=kv_dtype,
+        block_size=64 if name.startswith("deepseek_v32") else 16, user_specified_block_size=False, cache_dtype=kv_dtype,
         mamba_cache_dtype="auto", mamba_ssm_cache_dtype="auto", mamba_cache_mode="none", mamba_block_size=None,
         mamba_page_size_padded=None, enable_prefix_caching=prefix, num_gpu_blocks_override=None,
         prefix_cache_retention_interval=None, kv_cache_dtype_skip_layers=None, use_replayssm=False,
@@ -352,7 +367,7 @@ def run(case):
     )
     model = NS(
         max_model_len=case["len"], original_max_model_len=case["len"], dtype=torch.bfloat16, hf_config=hf,
-        hf_text_config=hf, use_mla=name == "deepseek_v32", architecture=model_path.split(":")[-1],
+        hf_text_config=hf, use_mla=name.startswith("deepseek_v32"), architecture=model_path.split(":")[-1],
         get_num_kv_heads=lambda pc: max(1, hf.num_key_value_heads // tp),
         get_head_size=lambda: getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads,
     )

@@ -90,8 +90,11 @@ class _KvLayout:
         return sum(b for i, b in self.layer_token_bytes if i in here)
 
     def bytes_per_block(self, layers: list[int]) -> int:
-        """``_get_kv_cache_bytes_per_block`` on one rank: the largest group's pages."""
+        """``_get_kv_cache_bytes_per_block`` on one rank: the largest group's pages (one group
+        whose layers have pages of their own: their sum)."""
         here = set(layers)
+        if self.layer_token_bytes and len(self.groups) == 1:
+            return self.groups[0].block * self.token_bytes_of(layers)
         return max((sum(g.page_bytes for i in g.layers if i in here) for g in self.groups), default=0)
 
     def blocks_per_request(self, length: int, acct: Accounting) -> int:
@@ -210,6 +213,15 @@ def _kv_layout(
         return _per_layer_layout(spec, tp, kv_b, block, in_flight)
     token_bytes = _kv_layer_bytes(spec, tp, kv_b, acct)
     all_layers = list(range(spec.num_layers))
+    if spec.index_skip and acct.engine == "v1":
+        # IndexCache: the layers without an indexer hold the MLA latent only. Every spec is an
+        # MLAAttentionSpec, so vLLM keeps one group whose layers have pages of their own
+        # (UniformTypeKVCacheSpecs).
+        skip = _indexer_bytes_per_token(spec)
+        per_layer = tuple((i, token_bytes - (skip if i in spec.index_skip else 0)) for i in all_layers)
+        in_flight = tokens * _in_flight_batches(acct, settings.pipeline_parallel_size, device_kind)
+        group = _KvGroup("full", tuple(all_layers), token_bytes * block, block)
+        return _KvLayout((group,), block, token_bytes, in_flight=in_flight, layer_token_bytes=per_layer)
     drafts = list(range(spec.num_layers, spec.num_layers + draft_layers))
     in_flight = tokens * _in_flight_batches(acct, settings.pipeline_parallel_size, device_kind)
     mamba_layers = [i for i in all_layers if spec.has_mamba(i)] if acct.engine == "v1" else []
@@ -337,7 +349,8 @@ def _kv_parts(
             out["kv.ssm_state_bytes_per_seq"] = layout.mamba_state_bytes * mamba
             out["kv.attention_block_size"] = layout.block
         if spec.index_topk:
-            out["kv.indexer_bytes_per_token"] = _indexer_bytes_per_token(spec) * layout.attention_layers(layers)
+            built = sum(1 for i in layers if i not in spec.index_skip)
+            out["kv.indexer_bytes_per_token"] = _indexer_bytes_per_token(spec) * built
         chunked = [g for g in layout.groups if g.kind == "chunked"]
         if chunked:
             # What one request of max_model_len holds in the rank's chunked groups: each

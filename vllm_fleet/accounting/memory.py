@@ -473,6 +473,16 @@ def _estimate(
     quant = weights_format(spec, settings.quantization)
     db = _dtype_bytes(spec, settings, smallest)
     kv_b = _kv_dtype_bytes(settings, db)
+    if (
+        spec.model_type == "glm_moe_dsa"
+        and settings.kv_cache_dtype == "auto"
+        and smallest.kind == "cuda"
+        and smallest.compute_capability // 10 == 10
+        and acct.engine == "v1"
+    ):
+        # GlmMoeDsaForCausalLM.verify_and_update_config: an auto KV cache is fp8_e4m3 on SM10x.
+        kv_b = 1
+        notes.append("GLM-5 on SM10x: vLLM takes an fp8 KV cache for kv_cache_dtype auto (GlmMoeDsaForCausalLM)")
     if settings.block_size:
         block = settings.block_size
     elif device.kind == "cpu":

@@ -248,7 +248,9 @@ def _layer_bytes(
         norms *= 2  # pre/post norms around attention and MLP
     if spec.model_type == "nemotron_h":
         norms /= 2  # one mixer (or MLP) and one norm per block
-    total = norms + _indexer_weight_bytes(spec, _part(quant, index, "indexer"), db)
+    total = norms
+    if index not in spec.index_skip:
+        total += _indexer_weight_bytes(spec, _part(quant, index, "indexer"), db)
     if spec.has_attention(index) or not spec.is_hybrid:
         total += _attention_bytes(spec, tp, _part(quant, index, "attn"), db, acct)
     if spec.has_mamba(index):

@@ -134,6 +134,7 @@ def _mixer_fields(
         out["index_topk"] = _int(cfg, source, "index_topk", minimum=1, maximum=big)
         out["index_n_heads"] = _int(cfg, source, "index_n_heads", default=64, minimum=1, maximum=MAX_HEADS)
         out["index_head_dim"] = _int(cfg, source, "index_head_dim", default=128, minimum=1, maximum=1 << 16)
+        out["index_skip"] = _index_skip(cfg, source, _int(cfg, source, "num_hidden_layers", maximum=MAX_LAYERS))
     if not any(t in ("mamba", "linear_attention", "parallel") for t in layer_types):
         return out
     if model_type in QWEN_GDN_TYPES:
@@ -331,3 +332,17 @@ def gemma4_fields(cfg: Mapping[str, Any], source: str, layers: int, head_dim: in
         "moe_intermediate_size": moe_inter if experts else 0,
         "kind_rope_dims": tuple(rope.items()),
     }
+
+
+def _index_skip(cfg: Mapping[str, Any], source: str, layers: int) -> tuple[int, ...]:
+    """The layers that build no DSA indexer (IndexCache, DeepseekV2MLAAttention in vLLM 0.32's
+    deepseek_v2.py): ``index_topk_pattern``'s "S" layers, else those where
+    max(i - index_skip_topk_offset + 1, 0) % index_topk_freq is not 0 (offset 2, freq 1: none)."""
+    pattern = cfg.get("index_topk_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str | list):
+            raise PlanError(f"{source}:index_topk_pattern", "must be a string of F and S (one per layer)", "e.g. FSSF")
+        return tuple(i for i in range(min(layers, len(pattern))) if pattern[i] == "S")
+    freq = _int(cfg, source, "index_topk_freq", default=1, minimum=1, maximum=MAX_LAYERS)
+    offset = _int(cfg, source, "index_skip_topk_offset", default=2, maximum=MAX_LAYERS)
+    return tuple(i for i in range(layers) if max(i - offset + 1, 0) % freq != 0)

@@ -143,6 +143,7 @@ class ModelSpec:
     index_topk: int = 0
     index_n_heads: int = 0
     index_head_dim: int = 0
+    index_skip: tuple[int, ...] = ()  # layers without an indexer (IndexCache)
     # Chunked local attention (Llama 4's RoPE layers, layer type "chunked"): each such layer
     # attends within blocks of this many tokens (vLLM's ChunkedLocalAttentionSpec); 0 = none.
     attention_chunk_size: int = 0
