@@ -9,7 +9,8 @@ from tests.conftest import write_safetensors
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.catalog import MODELS, lookup_gpu, lookup_model
 from vllm_fleet.model.files import read_safetensors_bytes
-from vllm_fleet.model.spec import load_model, quant_from_name, spec_from_config
+from vllm_fleet.model.quantread import quant_from_name
+from vllm_fleet.model.spec import load_model, spec_from_config
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.quantization import _modelopt_algo, quant_file_config, quant_flag_matches
+from vllm_fleet.model.quantread import quant_from_name
 from vllm_fleet.model.quantspec import QuantSpec, modelopt_spec
-from vllm_fleet.model.spec import ModelSpec, quant_from_name
+from vllm_fleet.model.spec import ModelSpec
 
 
 def weights_format(spec: ModelSpec, flag: str | None) -> QuantSpec | None:
