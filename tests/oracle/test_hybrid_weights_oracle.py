@@ -54,7 +54,7 @@ _GEMMA4: dict[str, Any] = {
     "tie_word_embeddings": True,
     "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
 }  # fmt: skip
-GEMMA4 = {
+MODELS_2026: dict[str, dict[str, Any]] = {
     "gemma4": dict(_GEMMA4, per_layer_config={"2": {"head_dim": 128}, "5": {"head_dim": 128}}, num_kv_shared_layers=2),
     "gemma4_moe": dict(
         _GEMMA4, global_head_dim=128, num_kv_shared_layers=2, num_experts=4, top_k_experts=2,
@@ -68,11 +68,20 @@ GEMMA4 = {
         },
     ),
 }  # fmt: skip
+# MiniMax-M2 (minimax_m2.py): q/k norms over all heads' dims, rotary_dim of 64, an fp32 gate
+# and, with use_routing_bias, an fp32 correction bias per expert.
+MODELS_2026["minimax_m2"] = {
+    "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "hidden_size": 256,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "num_hidden_layers": 4, "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 1000,
+    "max_position_embeddings": 4096, "torch_dtype": "bfloat16", "tie_word_embeddings": False, "rotary_dim": 32,
+    "use_qk_norm": True, "qk_norm_type": "per_layer", "scoring_func": "sigmoid", "use_routing_bias": True,
+}  # fmt: skip
 
 
 def config(name: str) -> dict[str, Any]:
-    if name in GEMMA4:
-        return GEMMA4[name]
+    if name in MODELS_2026:
+        return MODELS_2026[name]
     base, extra = _EXTRA.get(name, (name, {}))
     cfg = dict(CONFIGS[base][2], **extra)
     cfg.update(architectures=[ARCHITECTURES[name]], tie_word_embeddings=False, max_position_embeddings=4096)
@@ -119,11 +128,11 @@ for name, cfg in DATA.items():
 
 @pytest.fixture(scope="module")
 def built(oracle: OracleRun) -> dict[str, dict[str, int]]:
-    result: dict[str, dict[str, int]] = oracle(ORACLE, {name: config(name) for name in [*ARCHITECTURES, *GEMMA4]})
+    result: dict[str, dict[str, int]] = oracle(ORACLE, {name: config(name) for name in [*ARCHITECTURES, *MODELS_2026]})
     return result
 
 
-@pytest.mark.parametrize("name", [*ARCHITECTURES, *GEMMA4])
+@pytest.mark.parametrize("name", [*ARCHITECTURES, *MODELS_2026])
 def test_weights_are_the_parameters_vllm_builds(built: dict[str, dict[str, int]], name: str) -> None:
     spec = spec_from_config(config(name), name)
     est = estimate(spec, H100, Settings(max_model_len=4096))

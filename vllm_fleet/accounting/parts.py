@@ -71,7 +71,10 @@ def _attention_bytes(spec: ModelSpec, tp: int, quant: QuantSpec | None, db: floa
     total = _linear(h * (q_out + gate + kv_out), quant, db) + _linear(q_out * h, quant, db)
     if spec.attention_bias:
         total += (q_out + kv_out) * db
-    if spec.qk_norm:
+    if spec.model_type == "minimax_m2":
+        # MiniMaxText01RMSNormTP over all heads' dims, sharded like the heads.
+        total += (q_out + kv_r * hd) * db
+    elif spec.qk_norm:
         total += 2 * hd * db
     if spec.model_type == "gpt_oss":
         total += heads_r * 4  # attention sinks, fp32
@@ -126,10 +129,11 @@ def _mlp_bytes(
     if not spec.is_moe_layer(index):
         return _linear(mats * h * spec.intermediate_size / tp, _part(quant, index, "mlp"), db)
     experts = spec.num_experts
-    router = h * experts * db  # router, unquantized and replicated (logical experts only)
+    # Router, unquantized and replicated (logical experts only); MiniMax-M2's gate is fp32.
+    router = h * experts * (4 if spec.model_type == "minimax_m2" else db)
     total = _routed_expert_bytes(spec, tp, ep, _part(quant, index, "experts"), db, moe)
     total += router
-    if spec.model_type.startswith("deepseek") or spec.model_type == "nemotron_h":
+    if spec.model_type.startswith("deepseek") or spec.model_type == "nemotron_h" or spec.routing_bias:
         total += experts * 4  # e_score_correction_bias, fp32
     if spec.num_shared_experts:
         total += _linear(mats * h * spec.shared_expert_intermediate_size / tp, _part(quant, index, "shared"), db)

@@ -143,6 +143,7 @@ class ModelSpec:
     index_n_heads: int = 0
     index_head_dim: int = 0
     index_skip: tuple[int, ...] = ()  # layers without an indexer (IndexCache)
+    routing_bias: bool = False  # an fp32 e_score_correction_bias per expert (MiniMax-M2's use_routing_bias)
     # Chunked local attention (Llama 4's RoPE layers, layer type "chunked"): each such layer
     # attends within blocks of this many tokens (vLLM's ChunkedLocalAttentionSpec); 0 = none.
     attention_chunk_size: int = 0
@@ -405,6 +406,8 @@ def _spec_from_config(
 
     rotary = _float(cfg, source, "partial_rotary_factor", 1.0, 0.0, 1.0)
     rope_dim = qk_rope or int(head_dim * rotary)
+    if model_type == "minimax_m2":  # MiniMaxM2Attention: rotary_dim / head_dim of each head rotated
+        rope_dim = _int(cfg, source, "rotary_dim", default=head_dim, minimum=1, maximum=head_dim)
     max_pos = _int(
         cfg, source, "max_position_embeddings", "n_positions", "max_sequence_length",
         default=2048, minimum=1, maximum=MAX_POSITIONS,
@@ -460,6 +463,7 @@ def _spec_from_config(
         **_mixer_fields(cfg, source, model_type, hidden, layer_types),
         attention_chunk_size=chunk,
         **gemma4,
+        routing_bias=model_type == "minimax_m2" and _flag(cfg, source, "use_routing_bias"),
         rope_dim=rope_dim,
         rotary=model_type not in ("nemotron_h", "jamba")
         and (model_type != "granitemoehybrid" or cfg.get("position_embedding_type") == "rope"),
