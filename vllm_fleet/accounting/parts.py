@@ -307,8 +307,8 @@ def _stage_parts(
 
 
 def _file_ratios(spec: ModelSpec, quant: QuantSpec | None, db: float) -> dict[str, float]:
-    acct = Accounting.for_version(CURRENT_VLLM)
     """Scale factors from formula bytes to safetensors bytes, per model part."""
+    acct = Accounting.for_version(CURRENT_VLLM)
     if not spec.file_bytes:
         return {}
     full = _stage_parts(spec, list(range(spec.num_layers)), True, True, 1, 1, quant, db, 1, acct)
