@@ -179,3 +179,10 @@ def test_format_value_is_the_exposition_spelling() -> None:
         "1.0",
         "1e-07",
     ]
+
+
+def test_a_timestamp_that_is_not_finite_is_refused_on_its_line() -> None:
+    """Found by the fuzz test above in CI: prometheus_client reads "a Inf Inf" as a sample with
+    an infinite timestamp, which no millisecond count holds."""
+    with pytest.raises(MetricsParseError, match=r"line 2: .*timestamp of a is inf"):
+        parse("b 1\na Inf Inf\n")

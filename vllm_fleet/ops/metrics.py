@@ -60,6 +60,8 @@ def _families(text: str) -> Exposition:
         if family.documentation:
             exp.helps[family.name] = family.documentation
         for s in family.samples:
+            if s.timestamp is not None and not math.isfinite(float(s.timestamp)):
+                raise ValueError(f"the timestamp of {s.name} is {s.timestamp}, not a finite number")
             stamp = None if s.timestamp is None else round(float(s.timestamp) * 1000)
             exp.samples.append(Sample(s.name, dict(s.labels), float(s.value), stamp))
     return exp
@@ -69,7 +71,7 @@ def _first_bad_line(lines: list[str]) -> int:
     """The 1-based line where the parser first refuses ``lines`` (it reads them in order)."""
     for n in range(1, len(lines) + 1):
         try:
-            list(text_string_to_metric_families("\n".join(lines[:n]) + "\n"))
+            _families("\n".join(lines[:n]) + "\n")
         except ValueError:
             return n
     return len(lines)
