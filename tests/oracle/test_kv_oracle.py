@@ -196,32 +196,6 @@ CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
             index_head_dim=128,
         ),
     ),
-    # GLM-5-style IndexCache (index_topk_freq 2): every other layer from the third builds no
-    # indexer, and holds the MLA latent only.
-    "deepseek_v32_ic": (
-        "DeepseekV32Config",
-        "",
-        dict(
-            _ATTN,
-            model_type="deepseek_v32",
-            num_hidden_layers=8,
-            num_key_value_heads=4,
-            moe_intermediate_size=128,
-            n_routed_experts=8,
-            num_experts_per_tok=2,
-            n_shared_experts=1,
-            first_k_dense_replace=1,
-            kv_lora_rank=512,
-            q_lora_rank=256,
-            qk_rope_head_dim=64,
-            qk_nope_head_dim=128,
-            v_head_dim=128,
-            index_topk=256,
-            index_n_heads=16,
-            index_head_dim=128,
-            index_topk_freq=2,
-        ),
-    ),
     # Gemma 4: full layers at their own head_dim (a page twice the sliding one: unified by a
     # larger sliding block), a KV-shared tail without a cache of its own.
     "gemma4": (
@@ -266,6 +240,13 @@ CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
         ),
     ),
 }
+# GLM-5-style IndexCache (index_topk_freq 2): every other layer from the third builds no
+# indexer, and holds the MLA latent only.
+CONFIGS["deepseek_v32_ic"] = (
+    "DeepseekV32Config",
+    "",
+    dict(CONFIGS["deepseek_v32"][2], num_hidden_layers=8, index_topk_freq=2),
+)
 # (config, TP, KV pool bytes, kv cache dtype, prefix caching): pools that hold a request at
 # LEN and pools too small for it (the fit is then vLLM's estimate).
 CASES = [
