@@ -32,7 +32,7 @@ from vllm_fleet.deploy.rayserve import serve_config
 from vllm_fleet.errors import PlanError, for_cli
 from vllm_fleet.inventory import interface
 from vllm_fleet.kube.options import FLAGS as KUBE_FLAGS
-from vllm_fleet.model.catalog import ARCH_CAPABILITY, GPUS, MODELS, lookup_gpu
+from vllm_fleet.model.catalog import GPUS, MODELS, lookup_gpu
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import ALLOW_DEPRECATED, check_quantization_flag
 from vllm_fleet.model.spec import load_model
@@ -351,12 +351,10 @@ def _device_from_args(args: argparse.Namespace) -> Device:
             )
         if gpu.device == "cpu":
             raise PlanError("--gpu", "CPU needs its memory size", "use --gpu-memory-gib for the CPU KV space")
-        return Device(gpu.name, gpu.memory_gib, gpu.device, _sm_major(gpu.arch), None, ARCH_CAPABILITY.get(gpu.arch))
+        return Device(
+            gpu.name, gpu.memory_gib, gpu.device, gpu.capability // 10, None, gpu.capability, gpu.unified_memory
+        )
     return Device(f"{args.gpu_memory_gib:g} GiB GPU", float(args.gpu_memory_gib))
-
-
-def _sm_major(arch: str) -> int:
-    return {"volta": 7, "turing": 7, "ampere": 8, "ada": 8, "hopper": 9, "blackwell": 10}.get(arch, 9)
 
 
 def _partition(text: str | None) -> list[int] | None:
@@ -621,7 +619,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "gpus":
             for gpu in GPUS.values():
-                print(f"{gpu.name:14} {gpu.memory_gib:8.2f} GiB  {gpu.arch:10} {'NVLink' if gpu.nvlink else ''}")
+                links = "unified memory" if gpu.unified_memory else "NVLink" if gpu.nvlink else ""
+                sm = f"sm_{gpu.capability}" if gpu.device == "cuda" else ""
+                print(f"{gpu.name:14} {gpu.memory_gib:8.2f} GiB  {gpu.arch:10} {sm:7} {links}".rstrip())
             return 0
     except PlanError as err:
         print(f"vllm-fleet {args.command}: error: {for_cli(err)}", file=sys.stderr)

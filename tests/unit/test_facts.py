@@ -95,3 +95,30 @@ def test_route_limits_secure_boot_and_cuda() -> None:
     host = facts.host_facts({"shm": "     1B-blocks\n2147483648\n", "memlock": "8192", "runtimes": ["docker"]})
     assert host["shm_bytes"] == 2147483648 and host["memlock_bytes"] == 8388608
     assert host["container_runtimes"] == ["docker"]
+
+
+def test_integrated_gpu_takes_the_hosts_memory() -> None:
+    """A DGX Spark's GB10 has no memory of its own ("[N/A]"): its total is the host's MemTotal,
+    as CUDA reports it, and no GPU free figure is reported (vLLM reads MemAvailable, which the
+    fleet's own processes draw on once they run): the planner's reserve stands in."""
+    host = facts.host_facts(_raw("gb10", meminfo=(F / "gb10.meminfo.txt").read_text()))
+    assert (host["gpu"], host["gpu_count"], host["unified_memory"], host["compute_capability"]) == (
+        "GB10",
+        1,
+        True,
+        "12.1",
+    )
+    assert host["gpu_memory_gib"] == pytest.approx(121.69, abs=0.01)
+    assert host["gpu_free_gib"] is None and host["host_memory_available_gib"] == pytest.approx(110.0, abs=0.01)
+    # Without /proc/meminfo the catalog's total stands; an unknown integrated part still counts as one.
+    assert facts.host_facts(_raw("gb10"))["gpu_memory_gib"] == pytest.approx(121.69, abs=0.01)
+    thor = "0, NVIDIA Thor, [N/A], [N/A], 11.0, 580.1\n"
+    other = facts.host_facts({"query_gpu": thor, "meminfo": "MemTotal: 1048576 kB\n"})
+    assert other["unified_memory"] and other["gpu_memory_gib"] == 1.0
+    # A discrete GPU is not unified memory and keeps its own free figure.
+    h100 = facts.host_facts(_raw("h100-sxm"))
+    assert not h100["unified_memory"] and h100["gpu_free_gib"] is not None
+
+
+def test_meminfo_lines() -> None:
+    assert facts.parse_meminfo("MemTotal:  2048 kB\nHugePages_Total: 0\nbad line\n") == {"MemTotal": 2 << 20}

@@ -31,7 +31,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from vllm_fleet.accounting import options
+from vllm_fleet.accounting import options, unified
 from vllm_fleet.accounting.activation import (
     _activation_bytes,
     _cuda_graph_bytes,
@@ -370,16 +370,22 @@ def estimate(
     settings = settings or Settings()
     settings.validate()
     est, most = _estimate(spec, device, settings, devices_per_stage=devices_per_stage, nvlink=nvlink)
-    # Only for idle GPUs, where vLLM's own context and NCCL are what the default leaves no room for;
-    # memory other processes hold (gpu_facts' free memory) is refused with the figure instead.
-    idle = all(d.free_gib is None for d in devices_per_stage or [device])
+    # Only for idle GPUs, where vLLM's own context and NCCL are what the default leaves no room for,
+    # and for unified memory, which the host always shares; memory other processes hold on a
+    # discrete GPU (gpu_facts' free memory) is refused with the figure instead.
+    stages = devices_per_stage or [device]
+    idle = all(d.free_gib is None or d.unified_memory for d in stages)
     if settings.gpu_memory_utilization is None and idle and most is not None and 0 < most < settings.utilization:
         lowered = replace(settings, gpu_memory_utilization=most)
         est, _ = _estimate(spec, device, lowered, devices_per_stage=devices_per_stage, nvlink=nvlink)
+        held = (
+            "the host's memory the OS and vLLM's own processes leave (unified memory) after the CUDA context and NCCL"
+            if any(d.unified_memory for d in stages)
+            else "the GPUs hold free after the CUDA context and NCCL"
+        )
         est.notes.append(
             f"gpu_memory_utilization {most:g}, not vLLM {settings.vllm_version}'s default {settings.utilization:g}: "
-            "the default asks for more than the GPUs hold free after the CUDA context and NCCL (vLLM would refuse "
-            "to start)"
+            f"the default asks for more than {held} (vLLM would refuse to start)"
         )
     return est
 
@@ -671,14 +677,15 @@ def _estimate(
             if dev.kind == "cpu":
                 continue
             needed = info["budget"] + info["nt_out"]
-            free = (dev.free_gib if dev.free_gib is not None else dev.total_gib) * GIB
+            free = unified.startup_free_bytes(dev)
             if needed > free:
                 fits = False
                 most = _start_limit(info)
+                held = " (unified memory: the OS and vLLM's host processes hold the rest)" if dev.unified_memory else ""
                 reason = (
                     f"gpu_memory_utilization {settings.utilization} asks for "
                     f"{info['budget'] / GIB:.2f} GiB but only {(free - info['nt_out']) / GIB:.2f} GiB is free after "
-                    f"the CUDA context and NCCL ({info['nt_out'] / GIB:.2f} GiB); lower it"
+                    f"the CUDA context and NCCL ({info['nt_out'] / GIB:.2f} GiB){held}; lower it"
                     + (f" to {most:g} or less" if most > 0 else "")
                     + " or free the GPU (vLLM refuses to start: 'Free memory on device')"
                 )
@@ -731,7 +738,8 @@ def _estimate(
         + mm_assumptions
         + assumptions
         + kv_assumptions
-        + _llama4_assumptions(spec, layout, settings),
+        + _llama4_assumptions(spec, layout, settings)
+        + unified.assumptions(smallest, settings.vllm_version),
         option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
     return est, min(start_limits) if start_limits else None
@@ -739,9 +747,10 @@ def _estimate(
 
 def _start_limit(stage: dict[str, Any]) -> float:
     """The most gpu_memory_utilization a stage's GPU starts with: its free memory (the whole GPU
-    when not measured) less vLLM's CUDA context and NCCL, over its total, rounded down to 0.01."""
+    when not measured, the host's less its reserve on unified memory) less vLLM's CUDA context and
+    NCCL, over its total, rounded down to 0.01."""
     dev = stage["device"]
-    free = (dev.free_gib if dev.free_gib is not None else dev.total_gib) * GIB
+    free = unified.startup_free_bytes(dev)
     return float(math.floor((free - stage["nt_out"]) / (dev.total_gib * GIB) * 100) / 100)
 
 

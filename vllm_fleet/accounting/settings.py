@@ -126,6 +126,9 @@ class Device:
     free_gib: float | None = None
     # Compute capability x 10 (75 for a T4); None: sm_major x 10.
     capability: int | None = None
+    # An integrated GPU sharing the host's memory (GB10): vLLM's free memory is the host's
+    # MemAvailable, which vLLM's own processes and the OS draw on too.
+    unified_memory: bool = False
 
     @property
     def compute_capability(self) -> int:

@@ -22,6 +22,8 @@ Inputs (all optional strings):
 * ``runtimes``: names of container runtimes found (docker, podman, nvidia-ctk...)
 * ``compute_apps``: ``nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory
   --format=csv,noheader,nounits`` (who holds GPU memory)
+* ``meminfo``: the MemTotal, MemFree and MemAvailable lines of /proc/meminfo (an integrated GPU's
+  memory is the host's: nvidia-smi prints "[N/A]" for it on a DGX Spark)
 """
 
 from __future__ import annotations
@@ -107,6 +109,16 @@ def _number(field: str) -> float | None:
         return float(field)
     except ValueError:
         return None  # "[N/A]", "[Not Supported]"
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """``{"MemTotal": bytes, ...}`` from /proc/meminfo lines (``MemTotal:  131072000 kB``)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"^(\w+):\s+(\d+)\s*kB\s*$", line.strip())
+        if match:
+            out[match.group(1)] = int(match.group(2)) * 1024
+    return out
 
 
 def parse_cuda_version(text: str) -> str | None:
@@ -246,8 +258,24 @@ def host_facts(raw: dict[str, Any]) -> dict[str, Any]:
     cores = str(raw.get("cores") or "").strip()
     names = sorted({g["name"] for g in gpus})
     gpu_type = lookup_gpu(names[0]) if len(names) == 1 else None
-    memory = min((g["memory_total_mib"] or 0.0) for g in gpus) / 1024 if gpus else None
+    meminfo = parse_meminfo(str(raw.get("meminfo") or ""))
+    # An integrated GPU (the catalog says so, or the driver reports no memory of its own): CUDA's
+    # total is the host's MemTotal, and vLLM reads MemAvailable as its free memory (unified.py).
+    unified = bool(gpus) and (
+        (gpu_type is not None and gpu_type.unified_memory) or all(g["memory_total_mib"] is None for g in gpus)
+    )
     apps = parse_compute_apps(str(raw.get("compute_apps") or ""))
+    if unified:
+        total = meminfo.get("MemTotal")
+        memory = total / (1 << 30) if total else (gpu_type.memory_gib if gpu_type else None)
+        # The host's MemAvailable now says nothing of a fresh start's once the fleet's vLLM runs
+        # there (its memory is not the GPU's to count back): the planner's reserve stands in.
+        available = meminfo.get("MemAvailable")
+        free = None
+    else:
+        memory = min((g["memory_total_mib"] or 0.0) for g in gpus) / 1024 if gpus else None
+        available = None
+        free = free_gib(gpus, apps)
     up_speeds = [n["speed_mbps"] / 1000 for n in nics if n["speed_mbps"] and n["state"] == "up"]
     ib_active = [p["gbps"] for p in ib if p["state"].upper() == "ACTIVE" and p["gbps"]]
     facts: dict[str, Any] = {
@@ -257,7 +285,9 @@ def host_facts(raw: dict[str, Any]) -> dict[str, Any]:
         "gpu": (gpu_type.name if gpu_type else names[0]) if len(names) == 1 else ("mixed" if names else None),
         "gpu_names": names,
         "gpu_memory_gib": round(memory, 2) if memory is not None else None,
-        "gpu_free_gib": free_gib(gpus, apps),
+        "gpu_free_gib": free,
+        "unified_memory": unified,
+        "host_memory_available_gib": round(available / (1 << 30), 2) if available else None,
         "gpu_processes": apps,
         "driver_version": gpus[0]["driver_version"] if gpus else None,
         "cuda_version": parse_cuda_version(str(raw.get("nvidia_smi_q") or "")),

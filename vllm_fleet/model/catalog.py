@@ -307,7 +307,7 @@ def lookup_model(name: str) -> dict[str, Any] | None:
 
 
 # Compute capability x 10 of each architecture (its lowest member: A10/A40 are 8.6,
-# Ampere's 8.0 is what vLLM's thresholds compare with).
+# Ampere's 8.0 is what vLLM's thresholds compare with): for a GPU the catalog does not know.
 ARCH_CAPABILITY: dict[str, int] = {
     "volta": 70,
     "turing": 75,
@@ -324,44 +324,51 @@ class GpuType:
     """A GPU model as the driver reports it."""
 
     name: str
-    memory_gib: float  # total memory the driver reports, GiB
+    memory_gib: float  # total memory CUDA reports (torch.cuda.mem_get_info), GiB
     arch: str
     nvlink: bool
+    capability: int  # compute capability x 10 (torch.cuda.get_device_capability): 120 for sm_120
     device: str = "cuda"  # "cuda", "rocm" or "cpu"
+    # An integrated GPU (cudaDevAttrIntegrated, torch's ``is_integrated``) that shares the host's
+    # memory: vLLM reads the host's MemAvailable as its free memory (MemorySnapshot.measure).
+    unified_memory: bool = False
 
 
 GPUS: dict[str, GpuType] = {
     g.name.lower(): g
     for g in (
-        GpuType("H100-SXM", 79.19, "hopper", True),
-        GpuType("H100-PCIe", 79.19, "hopper", False),
-        GpuType("H100-NVL", 93.10, "hopper", True),
-        GpuType("H200", 139.81, "hopper", True),
-        GpuType("H20", 95.00, "hopper", True),
-        GpuType("H800", 79.19, "hopper", True),
-        GpuType("B200", 178.36, "blackwell", True),
-        GpuType("GB200", 184.00, "blackwell", True),
-        GpuType("A100-80G", 79.15, "ampere", True),
-        GpuType("A100-40G", 39.39, "ampere", True),
-        GpuType("A800", 79.15, "ampere", True),
-        GpuType("A10", 22.07, "ampere", False),
-        GpuType("A10G", 22.07, "ampere", False),
-        GpuType("A40", 44.35, "ampere", False),
-        GpuType("L40S", 44.39, "ada", False),
-        GpuType("L40", 44.39, "ada", False),
-        GpuType("L20", 44.39, "ada", False),
-        GpuType("L4", 22.03, "ada", False),
-        GpuType("RTX-6000-Ada", 47.50, "ada", False),
-        GpuType("RTX-A6000", 47.53, "ampere", False),
-        GpuType("RTX-PRO-6000", 94.97, "blackwell", False),
-        GpuType("RTX-4090", 23.52, "ada", False),
-        GpuType("RTX-3090", 23.58, "ampere", False),
-        GpuType("RTX-2000-Ada", 15.59, "ada", False),
-        GpuType("T4", 14.56, "turing", False),
-        GpuType("V100-32G", 31.74, "volta", True),
-        GpuType("V100-16G", 15.77, "volta", True),
-        GpuType("MI300X", 191.98, "cdna3", True, "rocm"),
-        GpuType("CPU", 0.0, "cpu", False, "cpu"),
+        GpuType("H100-SXM", 79.19, "hopper", True, 90),
+        GpuType("H100-PCIe", 79.19, "hopper", False, 90),
+        GpuType("H100-NVL", 93.10, "hopper", True, 90),
+        GpuType("H200", 139.81, "hopper", True, 90),
+        GpuType("H20", 95.00, "hopper", True, 90),
+        GpuType("H800", 79.19, "hopper", True, 90),
+        GpuType("B200", 178.36, "blackwell", True, 100),
+        GpuType("GB200", 184.00, "blackwell", True, 100),
+        GpuType("A100-80G", 79.15, "ampere", True, 80),
+        GpuType("A100-40G", 39.39, "ampere", True, 80),
+        GpuType("A800", 79.15, "ampere", True, 80),
+        GpuType("A10", 22.07, "ampere", False, 86),
+        GpuType("A10G", 22.07, "ampere", False, 86),
+        GpuType("A40", 44.35, "ampere", False, 86),
+        GpuType("L40S", 44.39, "ada", False, 89),
+        GpuType("L40", 44.39, "ada", False, 89),
+        GpuType("L20", 44.39, "ada", False, 89),
+        GpuType("L4", 22.03, "ada", False, 89),
+        GpuType("RTX-6000-Ada", 47.50, "ada", False, 89),
+        GpuType("RTX-A6000", 47.53, "ampere", False, 86),
+        GpuType("RTX-PRO-6000", 94.97, "blackwell", False, 120),
+        # DGX Spark: CUDA's total is the host's memory (121.69 GiB on a 128 GB Spark; nvidia-smi
+        # prints "[N/A]" for its memory), shared with the OS and vLLM's own processes.
+        GpuType("GB10", 121.69, "blackwell", False, 121, unified_memory=True),
+        GpuType("RTX-4090", 23.52, "ada", False, 89),
+        GpuType("RTX-3090", 23.58, "ampere", False, 86),
+        GpuType("RTX-2000-Ada", 15.59, "ada", False, 89),
+        GpuType("T4", 14.56, "turing", False, 75),
+        GpuType("V100-32G", 31.74, "volta", True, 70),
+        GpuType("V100-16G", 15.77, "volta", True, 70),
+        GpuType("MI300X", 191.98, "cdna3", True, 94, "rocm"),
+        GpuType("CPU", 0.0, "cpu", False, 0, "cpu"),
     )
 }
 
@@ -395,6 +402,10 @@ _GPU_ALIASES: dict[str, str] = {
     "3090": "rtx-3090",
     "b200": "b200",
     "nvidia b200": "b200",
+    "nvidia gb10": "gb10",
+    "dgx-spark": "gb10",
+    "nvidia rtx pro 6000 blackwell server edition": "rtx-pro-6000",
+    "nvidia rtx pro 6000 blackwell workstation edition": "rtx-pro-6000",
     "tesla v100-sxm2-32gb": "v100-32g",
     "v100": "v100-32g",
 }

@@ -42,6 +42,8 @@ class Node:
     address: str | None = None
     interface: str | None = None
     free_gib: float | None = None
+    capability: int | None = None  # compute capability x 10; None: the architecture's lowest
+    unified_memory: bool = False
 
     @property
     def gpu_key(self) -> str:
@@ -49,13 +51,15 @@ class Node:
         return f"{self.gpu}/{self.gpu_memory_gib:.2f}"
 
     def device(self) -> Device:
+        capability = self.capability if self.capability is not None else ARCH_CAPABILITY.get(self.arch)
         return Device(
             self.gpu,
             self.gpu_memory_gib,
             self.kind,
-            _SM.get(self.arch, 9),
+            capability // 10 if capability is not None else _SM.get(self.arch, 9),
             self.free_gib,
-            ARCH_CAPABILITY.get(self.arch),
+            capability,
+            self.unified_memory,
         )
 
 
@@ -159,6 +163,10 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
                 f"{where}.gpu", f"unknown GPU {_show(gpu_name)}", fix + ", or use a name from 'vllm-fleet gpus'"
             )
         raise PlanError(f"{where}.gpu_memory_gib", "is required for a CPU node", fix)
+    unified_raw = data.get("unified_memory")
+    unified = bool(gpu and gpu.unified_memory)
+    if unified_raw is not None:
+        unified = _bool(unified_raw, f"{where}.unified_memory")
     nvlink_raw = data.get("nvlink")
     nvlink = (gpu.nvlink if gpu else False) if nvlink_raw is None else _bool(nvlink_raw, f"{where}.nvlink")
     nic_raw = data.get("nic_gbps")
@@ -177,6 +185,8 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         nic_gbps=nic,
         kind=gpu.device if gpu else "cuda",
         arch=gpu.arch if gpu else "hopper",
+        capability=gpu.capability if gpu and gpu.device == "cuda" else None,
+        unified_memory=unified,
         address=_text(data.get("address"), f"{where}.address"),
         interface=_text(data.get("interface"), f"{where}.interface"),
         free_gib=_number(free, f"{where}.gpu_free_gib", float, "give free memory per GPU in GiB", MAX_GPU_MEMORY_GIB)

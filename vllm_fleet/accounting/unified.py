@@ -1,0 +1,86 @@
+"""Unified memory: integrated GPUs (GB10 of the DGX Spark, Jetson Thor and Orin) whose memory is
+the host's, as vLLM measures it.
+
+vLLM's worker takes one memory snapshot before it loads the model (``MemorySnapshot`` in
+vllm/utils/mem_utils.py) and refuses to start when that snapshot's free memory is below
+total x gpu_memory_utilization (``request_memory``). On an integrated GPU the free memory it reads
+depends on the release:
+
+* up to 0.11: ``cudaMemGetInfo``'s free memory, which on these parts is the kernel's MemFree: the
+  page cache counts as used, so a host that has just read the model files refuses to start;
+* 0.12 to 0.19: the host's MemAvailable (``psutil.virtual_memory().available``) on compute
+  capabilities 8.7, 11.0 and 12.1 (Orin, Thor, Spark), cudaMemGetInfo elsewhere;
+* 0.20 on: MemAvailable on every GPU whose ``is_integrated`` is set (vLLM PR #35356).
+
+CUDA's total there is the host's memory (121.69 GiB on a 128 GB DGX Spark), and MemAvailable at
+the snapshot is that total less what the OS holds and what vLLM's own processes (API server,
+engine core, the worker with its CUDA context) hold before it. vLLM's default utilization asks
+for more than that: its GB10 recipe runs 0.85 ("GB10's unified memory can't satisfy the
+default 0.92", vllm-project/recipes PR #632). The planner takes ``UMA_HOST_RESERVE_GIB`` for the
+OS and vLLM's host processes where no free memory is stated, which is where 0.85 starts; a
+headless DGX OS holds about 11 GiB idle and vLLM's processes 0 to 9 GiB more by driver and kernel
+(MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks issue #47), so a stated ``gpu_free_gib`` (the
+MemAvailable the snapshot reads) replaces it.
+
+The KV pool is sized as on a discrete GPU; from 0.28 vLLM's non-KV charge is the drop of that
+free memory from the snapshot to the end of its profile run, so on unified memory whatever the
+host allocates meanwhile (a cold model load's page cache on releases reading MemFree, other
+processes) comes out of the KV pool as well: the plan says so in an assumption.
+
+Pure Python, no torch or vLLM import.
+"""
+
+from __future__ import annotations
+
+from vllm_fleet.accounting.base import GIB, parse_version
+from vllm_fleet.accounting.settings import Device
+
+# What the OS and vLLM's own processes hold of a unified-memory host's memory at the worker's
+# snapshot, where no free memory is stated (see the module docstring for the sources).
+UMA_HOST_RESERVE_GIB = 17.5
+# MemorySnapshot.measure's shared_sysmem_device_mem_sms in 0.12 to 0.19: Orin, Thor, Spark.
+_MEMAVAILABLE_CAPABILITIES_0_12 = frozenset({87, 110, 121})
+
+
+def reads_available(device: Device, version: str) -> bool:
+    """True when vLLM ``version`` reads the host's MemAvailable as ``device``'s free memory."""
+    if not device.unified_memory or device.kind != "cuda":
+        return False
+    release = parse_version(version)
+    if release >= (0, 20):
+        return True
+    return release >= (0, 12) and device.compute_capability in _MEMAVAILABLE_CAPABILITIES_0_12
+
+
+def startup_free_bytes(device: Device) -> float:
+    """The free memory vLLM's snapshot reads on ``device`` before vLLM's own use: the stated or
+    measured free memory, else the whole GPU (discrete) or the host's memory less the OS and
+    vLLM's host processes (unified memory)."""
+    if device.free_gib is not None:
+        return device.free_gib * GIB
+    if device.unified_memory:
+        return max(device.total_gib - UMA_HOST_RESERVE_GIB, 0.0) * GIB
+    return device.total_gib * GIB
+
+
+def assumptions(device: Device, version: str) -> list[str]:
+    """One line saying how the plan reads ``device``'s unified memory under ``version``."""
+    if not device.unified_memory or device.kind != "cuda":
+        return []
+    held = (
+        f"{device.free_gib:g} GiB free as stated"
+        if device.free_gib is not None
+        else f"{device.total_gib - UMA_HOST_RESERVE_GIB:.2f} GiB free: {UMA_HOST_RESERVE_GIB:g} GiB assumed held by "
+        "the OS and vLLM's own processes (state gpu_free_gib, the host's MemAvailable, to replace it)"
+    )
+    if reads_available(device, version):
+        how = "vLLM reads the host's MemAvailable as the GPU's free memory"
+    else:
+        how = (
+            f"vLLM {version} reads cudaMemGetInfo (MemFree) there: the page cache counts as used, so drop the caches "
+            "before it starts (echo 3 > /proc/sys/vm/drop_caches)"
+        )
+    return [
+        f"unified memory ({device.name}, {device.total_gib:g} GiB shared with the host): {how}; {held}; what the "
+        "host allocates while vLLM profiles comes out of the KV pool"
+    ]
