@@ -92,6 +92,14 @@ def _quant(entry: dict[str, Any]) -> str | None:
     return quant.split()[0]
 
 
+def _nvlink(entry: dict[str, Any]) -> bool | None:
+    """The entry's ``nvlink`` field, else the catalog's for its ``gpu`` (None: the planner's default)."""
+    if entry.get("nvlink") is not None:
+        return bool(entry["nvlink"])
+    gpu_type = lookup_gpu(str(entry["gpu"])) if entry.get("gpu") else None
+    return gpu_type.nvlink if gpu_type else None
+
+
 def _total_gib(entry: dict[str, Any]) -> float | None:
     if entry.get("gpu_total_gib"):
         return float(entry["gpu_total_gib"])
@@ -202,6 +210,9 @@ def _run_entry(entry: dict[str, Any], models: dict[str, Any], folder: str | None
     if dtype.startswith("fp16"):
         argv += ["--dtype", "float16"]
     argv += ["--gpu-memory-gib", str(total if total else 80.0)]
+    nvlink = _nvlink(entry)
+    if nvlink is not None and (entry.get("tensor_parallel_size") or 1) > 1:
+        argv.append("--nvlink" if nvlink else "--no-nvlink")
     out = io.StringIO()
     err = io.StringIO()
     try:

@@ -15,7 +15,15 @@ import math
 
 import pytest
 
-from vllm_fleet.accounting.base import DEEPEP_BUFFER_MIB, EPLB_WINDOW, FUSED_MOE_CHUNK, GIB, MIB
+from vllm_fleet.accounting.base import (
+    DEEPEP_BUFFER_MIB,
+    EPLB_WINDOW,
+    FUSED_MOE_CHUNK,
+    GIB,
+    MIB,
+    NCCL_PCIE_COMM_GIB,
+    NCCL_PCIE_PER_PEER_GIB,
+)
 from vllm_fleet.accounting.memory import estimate, moe_parallel
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
@@ -177,10 +185,13 @@ def test_pcie_turns_custom_all_reduce_off_above_two_gpus() -> None:
     l40s = Device("L40S", 44.39, sm_major=8, capability=89)
     pcie = estimate(spec, l40s, settings, nvlink=False)
     linked = estimate(spec, l40s, settings, nvlink=True)
-    # Outside the budget: NCCL per-peer buffers (0.35 vs 0.2 GiB x 7 peers, two communicators)
-    # and the custom all-reduce IPC buffers; the KV pool does not move.
+    # Outside the budget: NCCL's communicators and per-peer buffers (NVLink's 0.25 + 0.35 GiB x 7
+    # peers against PCIe's 2 channels, two communicators) and the custom all-reduce IPC buffers;
+    # the KV pool does not move.
     gap = linked.ranks[0].startup_overhead_gib - pcie.ranks[0].startup_overhead_gib
-    assert gap == pytest.approx(2 * 0.15 * 7 + 0.1, abs=1e-9)
+    pcie_nccl = 2 * (NCCL_PCIE_COMM_GIB + NCCL_PCIE_PER_PEER_GIB * 7)
+    assert pytest.approx(8.5 / 1024) == NCCL_PCIE_PER_PEER_GIB and NCCL_PCIE_COMM_GIB == 0.0625
+    assert gap == pytest.approx(2 * (0.25 + 0.35 * 7) - pcie_nccl + 0.1, abs=1e-9)
     assert pcie.num_gpu_blocks == linked.num_gpu_blocks
     assert any("custom all-reduce off" in line for line in pcie.assumptions)
     pair = estimate(spec, l40s, Settings(**{**settings.__dict__, "tensor_parallel_size": 2}), nvlink=False)

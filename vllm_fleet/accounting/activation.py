@@ -17,6 +17,8 @@ from vllm_fleet.accounting.base import (
     FUSED_MOE_CHUNK,
     GIB,
     MIB,
+    NCCL_PCIE_COMM_GIB,
+    NCCL_PCIE_PER_PEER_GIB,
     VOCAB_PAD,
     Accounting,
     MoeParallel,
@@ -153,10 +155,14 @@ def _non_torch_bytes(
     nccl = 0.0
     world = tp * pp
     if world > 1:
-        # Two communicators (torch.distributed + PyNccl) per group; buffers per
-        # peer grow with the group size, more with NVLink/NVLS channels.
-        per_peer = (0.35 if nvlink else 0.2) * GIB
-        nccl = 2 * (0.25 * GIB + per_peer * (tp - 1)) if tp > 1 else 0.0
+        # Two communicators (torch.distributed + PyNccl) per group; buffers per peer grow
+        # with the group size. NCCL keeps, per channel and peer, a Simple buffer of
+        # NCCL_BUFFSIZE (4 MiB) and an LL one, plus LL128's over NVLink; NVLink rings run
+        # 16-32 channels and NVLS adds its own (the NVLink figures: measured), PCIe rings 2
+        # (NCCL_PCIE_PER_PEER_GIB) beside a smaller communicator of its own.
+        per_peer = 0.35 * GIB if nvlink else NCCL_PCIE_PER_PEER_GIB * GIB
+        comm = 0.25 * GIB if nvlink else NCCL_PCIE_COMM_GIB * GIB
+        nccl = 2 * (comm + per_peer * (tp - 1)) if tp > 1 else 0.0
         if pp > 1:
             nccl += 0.2 * GIB
         # Custom all-reduce IPC buffers: CustomAllreduce refuses more than two PCIe-only GPUs

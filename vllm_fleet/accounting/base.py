@@ -16,6 +16,15 @@ CURRENT_VLLM = "0.32.0"
 # kernels of torch / vLLM / FlashInfer loaded lazily): outside the budget but
 # it has to be free, or startup fails with "Free memory on device ...".
 CUDA_CONTEXT_GIB = 0.6
+# NCCL over PCIe (no NVLink): per peer, 2 channels x (the Simple protocol's NCCL_BUFFSIZE of
+# 4 MiB + the LL protocol's 256 KiB; LL128 runs over NVLink only) = 8.5 MiB; per communicator,
+# its own device structures (work FIFOs, channel and proxy state), 64 MiB: with the 0.1 GiB of
+# cuBLAS workspaces the two communicators of a TP=2 pair come to the 0.25 GiB non-torch memory
+# vLLM printed for two RTX 4090s without P2P (vllm-project/vllm issue 13061, V0). The NVLink
+# figures below (0.25 GiB a communicator, 0.35 GiB a peer: 16-32 channels, LL128, NVLS) are
+# the measured ones.
+NCCL_PCIE_PER_PEER_GIB = 2 * (4 + 0.25) / 1024
+NCCL_PCIE_COMM_GIB = 64 / 1024
 # Per-graph, per-layer cost of captured CUDA graphs (piecewise + full decode
 # graphs share one pool); measured 0.49 GiB for a 28-layer model capturing
 # 2 x 51 graphs.

@@ -12,15 +12,19 @@ depends on the release:
   capabilities 8.7, 11.0 and 12.1 (Orin, Thor, Spark), cudaMemGetInfo elsewhere;
 * 0.20 on: MemAvailable on every GPU whose ``is_integrated`` is set (vLLM PR #35356).
 
-CUDA's total there is the host's memory (121.69 GiB on a 128 GB DGX Spark), and MemAvailable at
-the snapshot is that total less what the OS holds and what vLLM's own processes (API server,
-engine core, the worker with its CUDA context) hold before it. vLLM's default utilization asks
-for more than that: its GB10 recipe runs 0.85 ("GB10's unified memory can't satisfy the
-default 0.92", vllm-project/recipes PR #632). The planner takes ``UMA_HOST_RESERVE_GIB`` for the
-OS and vLLM's host processes where no free memory is stated, which is where 0.85 starts; a
-headless DGX OS holds about 11 GiB idle and vLLM's processes 0 to 9 GiB more by driver and kernel
-(MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks issue #47), so a stated ``gpu_free_gib`` (the
-MemAvailable the snapshot reads) replaces it.
+CUDA's total there is the host's memory (121.69 GiB on a 128 GB DGX Spark, its MemTotal), and
+MemAvailable at the snapshot is that total less what the OS holds and what vLLM's own processes
+(API server, engine core, the worker with its CUDA context) hold before it: 114.5 to 116 GiB on
+quiet single Sparks, 2.6 GiB below the idle MemAvailable with vLLM 0.28 (llamastash PR #81),
+about 110 GiB on two-node ones, 101 to 102 GiB on some kernel and driver pairs
+(MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks issue #47). The startup check is not the bound that
+matters, though: whatever vLLM's budget takes is gone from the host, and Sparks whose
+MemAvailable fell below 16 GiB while vLLM warmed up have frozen or reset
+(NVIDIA/dgx-spark-playbooks issue #97, AEON-7/vllm-ultimate-dgx-spark issue #9). The planner
+leaves ``UMA_HOST_RESERVE_GIB`` of the host outside vLLM's budget where no free memory is stated,
+which is where vLLM's own GB10 recipe runs (0.85: "GB10's unified memory can't satisfy the
+default 0.92", vllm-project/recipes PR #632); a stated ``gpu_free_gib`` (the MemAvailable the
+snapshot reads, less what the host must keep) replaces it.
 
 The KV pool is sized as on a discrete GPU; from 0.28 vLLM's non-KV charge is the drop of that
 free memory from the snapshot to the end of its profile run, so on unified memory whatever the
