@@ -10,6 +10,7 @@ from vllm_fleet.accounting.memory import default_partition, estimate
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import cluster_from_data
 from vllm_fleet.planning.strategy import Wishes, load_cluster, plan_cluster
 
 H100 = Device("H100-SXM", 79.19, "cuda", 9)
@@ -199,19 +200,35 @@ def test_an_unset_utilization_is_the_releases_default(version: str, default: flo
 
 
 def test_an_unset_utilization_is_lowered_to_what_starts_beside_nccl() -> None:
-    """The seeds' A800 + L20 pipeline: on the L20s, vLLM 0.32's default 0.92 asks for more than the
-    CUDA context and TP=8's NCCL buffers leave free, so vLLM would refuse to start; unset, the plan
-    takes the most that starts, renders it and says why. Asked for explicitly, 0.92 is refused."""
-    cluster = load_cluster(FIXTURES / "a800_l20.yml")
-    plan = plan_cluster(load_model("deepseek-ai/DeepSeek-R1"), cluster, Wishes(max_model_len=32768))
+    """Eight NVLinked A100-40G at TP=8: vLLM 0.32's default 0.92 asks for more than the CUDA context
+    and NCCL's NVLink buffers (0.25 GiB a communicator, 0.35 GiB a peer, two communicators) leave
+    free, so vLLM would refuse to start; unset, the plan takes the most that starts, renders it and
+    says why. Asked for explicitly, 0.92 is refused."""
+    cluster = cluster_from_data({"nodes": [{"name": "n", "gpu": "A100-40G", "gpu_count": 8}]})
+    wishes = Wishes(max_model_len=32768, tensor_parallel_size=8)
+    plan = plan_cluster(load_model("meta-llama/Llama-3.1-70B"), cluster, wishes)
     (inst,) = plan["instances"]
+    assert inst["tensor_parallel_size"] == 8
     used = float(inst["vllm_args"][inst["vllm_args"].index("--gpu-memory-utilization") + 1])
-    assert used < 0.92 and inst["memory"]["gpu_memory_utilization"] == used
+    # floor((39.39 - 0.6 - 2 x (0.25 + 0.35 x 7) - 0.1) / 39.39, 0.01)
+    assert used == 0.84 and inst["memory"]["gpu_memory_utilization"] == used
     assert any("not vLLM 0.32.0's default 0.92" in n and "would refuse to start" in n for n in inst["memory"]["notes"])
     with pytest.raises(NothingFitsError):
         plan_cluster(
-            load_model("deepseek-ai/DeepSeek-R1"), cluster, Wishes(max_model_len=32768, gpu_memory_utilization=0.92)
+            load_model("meta-llama/Llama-3.1-70B"),
+            cluster,
+            Wishes(max_model_len=32768, tensor_parallel_size=8, gpu_memory_utilization=0.92),
         )
+
+
+def test_pcie_nccl_leaves_the_default_standing() -> None:
+    """The seeds' A800 + L20 pipeline: over PCIe, NCCL's two channels a peer (accounting/base.py
+    NCCL_PCIE_*) leave the L20s room for vLLM 0.32's default 0.92 at TP=8."""
+    cluster = load_cluster(FIXTURES / "a800_l20.yml")
+    plan = plan_cluster(load_model("deepseek-ai/DeepSeek-R1"), cluster, Wishes(max_model_len=32768))
+    (inst,) = plan["instances"]
+    assert inst["memory"]["gpu_memory_utilization"] == 0.92
+    assert not any("would refuse to start" in n for n in inst["memory"]["notes"])
 
 
 @pytest.mark.parametrize(("version", "tokens"), [("0.27.0", 8192), ("0.28.0", 16384), ("0.32.0", 16384)])
