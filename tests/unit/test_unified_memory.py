@@ -33,7 +33,7 @@ def test_the_default_is_lowered_to_what_the_host_leaves() -> None:
     est = estimate(_qwen3_8b(), GB10, Settings(max_model_len=8192))
     assert est.fits and est.gpu_memory_utilization == 0.85
     assert any("unified memory" in n and "0.92" in n for n in est.notes)
-    assert any("MemAvailable" in a and f"{UMA_HOST_RESERVE_GIB:g} GiB assumed" in a for a in est.assumptions)
+    assert any("MemAvailable" in a and f"{UMA_HOST_RESERVE_GIB:g} GiB left to the OS" in a for a in est.assumptions)
     # A discrete GPU keeps vLLM's default, and no unified-memory line.
     h100 = estimate(_qwen3_8b(), H100, Settings(max_model_len=8192))
     assert h100.gpu_memory_utilization == 0.92 and not any("unified" in a for a in h100.assumptions)
@@ -51,6 +51,16 @@ def test_stated_free_memory_replaces_the_reserve() -> None:
     roomy = Device("GB10", 121.69, "cuda", 12, 110.0, 121, True)
     assert startup_free_bytes(roomy) == 110.0 * (1 << 30)
     assert startup_free_bytes(GB10) == (121.69 - UMA_HOST_RESERVE_GIB) * (1 << 30)
+    # A small host keeps 15 % of itself, not 17.5 GiB: a 16 GB Jetson Orin plans 0.81 beside the CUDA context.
+    orin16 = Device("Orin", 15.3, "cuda", 8, None, 87, True)
+    assert startup_free_bytes(orin16) == pytest.approx(15.3 * 0.85 * (1 << 30))
+    small = spec_from_config(
+        {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 2048, "vocab_size": 32000,
+         "max_position_embeddings": 4096, "torch_dtype": "bfloat16"},
+        "small",
+    )  # fmt: skip
+    assert estimate(small, orin16, Settings()).gpu_memory_utilization == 0.81  # floor((13.005 - 0.6) / 15.3)
     est = estimate(_qwen3_8b(), roomy, Settings(max_model_len=8192))
     assert est.fits and est.gpu_memory_utilization == 0.89  # floor((110 - 0.6) / 121.69, 0.01)
     assert any("110 GiB free as stated" in a for a in est.assumptions)

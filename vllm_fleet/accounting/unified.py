@@ -39,9 +39,11 @@ from __future__ import annotations
 from vllm_fleet.accounting.base import GIB, parse_version
 from vllm_fleet.accounting.settings import Device
 
-# What the OS and vLLM's own processes hold of a unified-memory host's memory at the worker's
-# snapshot, where no free memory is stated (see the module docstring for the sources).
+# What the plan leaves of a unified-memory host outside vLLM's budget, where no free memory is
+# stated: 17.5 GiB, at most 15 % of the host (a 16 GB Jetson keeps 2.4 GiB; see the module
+# docstring for the sources).
 UMA_HOST_RESERVE_GIB = 17.5
+UMA_HOST_RESERVE_SHARE = 0.15
 # MemorySnapshot.measure's shared_sysmem_device_mem_sms in 0.12 to 0.19: Orin, Thor, Spark.
 _MEMAVAILABLE_CAPABILITIES_0_12 = frozenset({87, 110, 121})
 
@@ -63,8 +65,13 @@ def startup_free_bytes(device: Device) -> float:
     if device.free_gib is not None:
         return device.free_gib * GIB
     if device.unified_memory:
-        return max(device.total_gib - UMA_HOST_RESERVE_GIB, 0.0) * GIB
+        return (device.total_gib - host_reserve_gib(device)) * GIB
     return device.total_gib * GIB
+
+
+def host_reserve_gib(device: Device) -> float:
+    """What the plan leaves of ``device``'s host outside vLLM's budget (unified memory only)."""
+    return min(UMA_HOST_RESERVE_GIB, UMA_HOST_RESERVE_SHARE * device.total_gib) if device.unified_memory else 0.0
 
 
 def assumptions(device: Device, version: str) -> list[str]:
@@ -74,7 +81,7 @@ def assumptions(device: Device, version: str) -> list[str]:
     held = (
         f"{device.free_gib:g} GiB free as stated"
         if device.free_gib is not None
-        else f"{device.total_gib - UMA_HOST_RESERVE_GIB:.2f} GiB free: {UMA_HOST_RESERVE_GIB:g} GiB assumed held by "
+        else f"{device.total_gib - host_reserve_gib(device):.2f} GiB free: {host_reserve_gib(device):g} GiB left to "
         "the OS and vLLM's own processes (state gpu_free_gib, the host's MemAvailable, to replace it)"
     )
     if reads_available(device, version):

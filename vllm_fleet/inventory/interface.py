@@ -27,7 +27,7 @@ from typing import Any
 
 from vllm_fleet import schema
 from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB
-from vllm_fleet.accounting.unified import UMA_HOST_RESERVE_GIB
+from vllm_fleet.accounting.unified import UMA_HOST_RESERVE_GIB, UMA_HOST_RESERVE_SHARE
 from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.coerce import JSON_EXAMPLE
 from vllm_fleet.coerce import value as coerce_value
@@ -107,7 +107,8 @@ VARIABLES: tuple[Var, ...] = (
     V("nvlink", "bool", None, "node", "GPUs linked by NVLink (default from the catalog / detected)"),
     V("unified_memory", "bool", None, "node", "an integrated GPU sharing the host's memory, such as the DGX Spark's "
       "GB10 (default from the catalog / detected): vLLM's free memory is the host's MemAvailable; without "
-      f"gpu_free_gib the plan leaves {UMA_HOST_RESERVE_GIB:g} GiB of it to the OS and vLLM's own processes"),
+      f"gpu_free_gib the plan leaves {UMA_HOST_RESERVE_GIB:g} GiB of it (at most {UMA_HOST_RESERVE_SHARE:.0%}) to "
+      "the OS and vLLM's own processes"),
     V("nic_gbps", "float", 100, "node", "network speed between nodes", minimum=0.001, maximum=MAX_NIC_GBPS),
     V("address", "str", None, "node", "cluster address (VLLM_HOST_IP, Ray node IP, vLLM's bind address)"),
     V("interface", "str", None, "node", "NIC for NCCL/Gloo (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)"),
