@@ -25,6 +25,36 @@ from tests.hosts.common import CACHE
 
 OracleRun = Callable[[str, Any], Any]
 
+# A torchvision stand-in for oracle code that builds a model whose processor module imports
+# torchvision at the top (Gemma 4's image processor) while vLLM's CPU build has none: a package of
+# modules whose every attribute is a class, on sys.path and on the PYTHONPATH of the subprocess
+# vLLM's model registry inspects the model in. Nothing is run through it.
+TORCHVISION_STUB = r"""
+import os, sys, tempfile
+_stub_root = tempfile.mkdtemp()
+_body = (
+    "__version__ = '0.0.0'\n"
+    "class _Meta(type):\n"
+    "    def __getattr__(cls, attr):\n"
+    "        if attr.startswith('__'):\n"
+    "            raise AttributeError(attr)\n"
+    "        return _Meta(attr, (), {})\n"
+    "def __getattr__(attr):\n"
+    "    if attr.startswith('__'):\n"
+    "        raise AttributeError(attr)\n"
+    "    return _Meta(attr, (), {})\n"
+)
+for _rel in ("torchvision/__init__.py", "torchvision/io/__init__.py", "torchvision/transforms/__init__.py",
+             "torchvision/transforms/functional.py", "torchvision/transforms/v2/__init__.py",
+             "torchvision/transforms/v2/functional.py"):
+    _path = os.path.join(_stub_root, _rel)
+    os.makedirs(os.path.dirname(_path), exist_ok=True)
+    with open(_path, "w") as _f:
+        _f.write(_body)
+sys.path.insert(0, _stub_root)
+os.environ["PYTHONPATH"] = _stub_root
+"""
+
 
 def oracle_python() -> Path | None:
     named = os.environ.get("VLLM_FLEET_ORACLE_PYTHON")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.oracle.conftest import OracleRun
+from tests.oracle.conftest import TORCHVISION_STUB, OracleRun
 from tests.oracle.test_kv_oracle import CONFIGS
 from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
@@ -68,6 +68,21 @@ MODELS_2026: dict[str, dict[str, Any]] = {
         },
     ),
 }  # fmt: skip
+# Gemma 4 with its towers (gemma4_mm.py: transformers' Gemma4VisionModel and Gemma4AudioModel, a
+# Gemma4MultimodalEmbedder each): standardized vision with GQA, a two-layer audio Conformer. Their
+# buffers (the vision rotary's inv_freq, std_bias / std_scale, the audio relative-position
+# timescales: under 2 KiB) are left out on both sides.
+MODELS_2026["gemma4_mm"] = {
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "torch_dtype": "bfloat16",
+    "tie_word_embeddings": True,
+    "text_config": {k: v for k, v in _GEMMA4.items() if k != "architectures"},
+    "vision_config": {"model_type": "gemma4_vision", "hidden_size": 128, "intermediate_size": 256,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                      "patch_size": 8, "position_embedding_size": 512, "standardize": True},
+    "audio_config": {"model_type": "gemma4_audio", "hidden_size": 128, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "subsampling_conv_channels": [64, 16], "conv_kernel_size": 5,
+                     "output_proj_dims": 192},
+}  # fmt: skip
 # MiniMax-M2 (minimax_m2.py): q/k norms over all heads' dims, rotary_dim of 64, an fp32 gate
 # and, with use_routing_bias, an fp32 correction bias per expert.
 MODELS_2026["minimax_m2"] = {
@@ -88,7 +103,9 @@ def config(name: str) -> dict[str, Any]:
     return cfg
 
 
-ORACLE = """
+ORACLE = (
+    TORCHVISION_STUB
+    + """
 import json, os, sys, tempfile
 
 import torch
@@ -121,9 +138,11 @@ for name, cfg in DATA.items():
         b.numel() * b.element_size()
         for n, b in model.named_buffers()
         if not n.endswith("conv_weights") and not n.endswith("_scale") and b.numel() > 1
+        and not n.startswith(("vision_tower.", "audio_tower."))
     )
     RESULT[name] = {"params": params, "buffers": buffers}
 """
+)
 
 
 @pytest.fixture(scope="module")

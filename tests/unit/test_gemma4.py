@@ -59,3 +59,39 @@ def test_the_per_layer_embeddings_count_on_every_pipeline_stage() -> None:
 def test_a_moe_block_without_its_sizes_is_refused() -> None:
     with pytest.raises(PlanError, match=r"top_k_experts: is missing for Gemma 4's MoE block \(8 experts\)"):
         spec_from_config(dict(BASE, num_experts=8, moe_intermediate_size=512), "g")
+
+
+def _multimodal(**towers: Any) -> dict[str, Any]:
+    text = {k: v for k, v in BASE.items() if k != "architectures"}
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": text, **towers}
+
+
+def test_the_towers_count_as_transformers_builds_them() -> None:
+    """Gemma4ForConditionalGeneration's towers (their elements equal vLLM's model in
+    tests/oracle/test_hybrid_weights_oracle.py, gemma4_mm): transformers' defaults are a
+    16-layer 768-wide vision tower and a 12-layer 1024-wide audio Conformer, each projected
+    into the text's 2,304."""
+    vision = 2 * 10240 * 768 + 3 * 16 * 16 * 768 + 16 * (4 * 768 * 768 + 2 * 64 + 3 * 768 * 3072 + 4 * 768)
+    vision += 768 * 2304
+    spec = spec_from_config(_multimodal(vision_config={}), "g")
+    assert spec.vision_params == vision and spec.vision is None
+    both = spec_from_config(_multimodal(vision_config={}, audio_config={}), "g")
+    audio = both.vision_params - vision
+    subsample = 128 * 9 + 128 + 32 * 128 * 9 + 32 + 32 * 32 * 1024
+    # Two 4x feed-forward blocks, per-dim scale, q/k/v/post + relative keys, light conv, 3 norms.
+    layer = 2 * (8 * 1024 * 1024 + 2 * 1024) + 128 + 5 * 1024 * 1024 + 3 * 1024 * 1024 + 5 * 1024 + 2 * 1024
+    assert audio == subsample + 12 * (layer + 3 * 1024) + 1536 * 1024 + 1536 + 1536 * 2304
+    text_only = spec_from_config(BASE, "g")
+    assert text_only.vision_params == 0
+    # Counted on every rank (towers replicated, Gemma4Model without a first-rank check), in the
+    # model dtype, and said to be without their encoder profile.
+    tp2 = estimate(both, H100, Settings(max_model_len=8192, tensor_parallel_size=2))
+    tp2_text = estimate(text_only, H100, Settings(max_model_len=8192, tensor_parallel_size=2))
+    assert (tp2.weights_gib - tp2_text.weights_gib) * (1 << 30) == pytest.approx(both.vision_params * 2)
+    assert any("vision and audio towers" in a and "not modelled" in a for a in tp2.assumptions)
+    assert not any("towers" in a for a in tp2_text.assumptions)
+
+
+def test_bad_audio_channels_are_refused_with_the_field() -> None:
+    with pytest.raises(PlanError, match="subsampling_conv_channels"):
+        spec_from_config(_multimodal(vision_config={}, audio_config={"subsampling_conv_channels": [128]}), "g")

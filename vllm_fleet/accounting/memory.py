@@ -67,7 +67,13 @@ from vllm_fleet.accounting.parts import (
     _stage_parts,
 )
 from vllm_fleet.accounting.settings import LIMITS, Device, Settings
-from vllm_fleet.accounting.towers import _mm_assumptions, _mm_parts, _vision, _vision_weight_bytes
+from vllm_fleet.accounting.towers import (
+    _mm_assumptions,
+    _mm_parts,
+    _vision,
+    _vision_weight_bytes,
+    unmodelled_tower_assumptions,
+)
 from vllm_fleet.accounting.weights_format import weights_format
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec
@@ -704,7 +710,11 @@ def _estimate(
                     break
     if batch_refusal:
         fits, reason = False, batch_refusal
-    mm_assumptions = _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode) if vision is not None else []
+    mm_assumptions = (
+        _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode)
+        if vision is not None
+        else unmodelled_tower_assumptions(spec)
+    )
     if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
         notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")
     assumptions = options.assumptions(spec, settings, sd)

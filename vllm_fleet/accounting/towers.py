@@ -107,3 +107,21 @@ def _mm_assumptions(
     elif limits:
         lines.append("encoder profile: nothing to profile with these --limit-mm-per-prompt counts")
     return lines
+
+
+def unmodelled_tower_assumptions(spec: ModelSpec) -> list[str]:
+    """One line for towers counted by their parameters alone (``vision_params``: Gemma 4's vision
+    and audio towers, a catalog's tower size), whose encoder profile the planner does not model."""
+    if spec.vision is not None or not spec.vision_params:
+        return []
+    what = (
+        "Gemma 4's vision and audio towers (transformers' Gemma4VisionModel / Gemma4AudioModel and their "
+        "embedders, on every rank)"
+        if spec.config_model_type == "gemma4"
+        else "the vision tower"
+    )
+    return [
+        f"{what}: {spec.vision_params:,} parameters in the weights; the encoder's profiling pass is not modelled "
+        "(vLLM runs it on the largest image, video or audio dummy items before the KV cache is sized, so its "
+        "pool can come out smaller)"
+    ]

@@ -346,3 +346,50 @@ def _index_skip(cfg: Mapping[str, Any], source: str, layers: int) -> tuple[int, 
     freq = _int(cfg, source, "index_topk_freq", default=1, minimum=1, maximum=MAX_LAYERS)
     offset = _int(cfg, source, "index_skip_topk_offset", default=2, maximum=MAX_LAYERS)
     return tuple(i for i in range(layers) if max(i - offset + 1, 0) % freq != 0)
+
+
+def gemma4_tower_params(cfg: Mapping[str, Any], source: str, text_hidden: int) -> tuple[int, int]:
+    """(vision, audio) parameters of Gemma 4's towers as vLLM 0.32's Gemma4ForConditionalGeneration
+    builds them: transformers' Gemma4VisionModel / Gemma4AudioModel (``AutoModel.from_config``) and
+    a Gemma4MultimodalEmbedder projection into the text hidden size for each (its pre-projection
+    norm has no weight). Vision: the 2 x position_embedding_size position table, the patch
+    projection (3 x patch^2 in), and per layer q/k/v/o at head_dim with q/k norms, a gated MLP and
+    four norms. Audio (where ``audio_config`` is set): two 3x3 subsampling convolutions with their
+    norms and a projection of (channels[0] // 4) x channels[1] inputs; per layer two 4x feed-forward
+    blocks with two norms each, q/k/v/post and the relative-position key projection with a
+    per-dim scale, the light convolution (linear in to 2x, depthwise of conv_kernel_size, linear
+    out, two norms) and three norms; the output projection (with bias) to output_proj_dims."""
+    vision_cfg = cfg.get("vision_config")
+    vision = 0
+    if isinstance(vision_cfg, Mapping):
+        where = f"{source}:vision_config"
+        h = _int(vision_cfg, where, "hidden_size", default=768, minimum=1, maximum=1 << 20)
+        inter = _int(vision_cfg, where, "intermediate_size", default=3072, minimum=1, maximum=1 << 22)
+        depth = _int(vision_cfg, where, "num_hidden_layers", default=16, maximum=MAX_LAYERS)
+        heads = _int(vision_cfg, where, "num_attention_heads", default=12, minimum=1, maximum=1 << 12)
+        kv = _int(vision_cfg, where, "num_key_value_heads", default=heads, minimum=1, maximum=1 << 12)
+        hd = _int(vision_cfg, where, "head_dim", default=64, minimum=1, maximum=1 << 12)
+        patch = _int(vision_cfg, where, "patch_size", default=16, minimum=1, maximum=1 << 10)
+        positions = _int(vision_cfg, where, "position_embedding_size", default=10240, maximum=1 << 24)
+        layer = 2 * h * heads * hd + 2 * h * kv * hd + 2 * hd + 3 * h * inter + 4 * h
+        vision = 2 * positions * h + 3 * patch * patch * h + depth * layer + h * text_hidden
+    audio_cfg = cfg.get("audio_config")
+    audio = 0
+    if isinstance(audio_cfg, Mapping):
+        where = f"{source}:audio_config"
+        h = _int(audio_cfg, where, "hidden_size", default=1024, minimum=1, maximum=1 << 20)
+        depth = _int(audio_cfg, where, "num_hidden_layers", default=12, maximum=MAX_LAYERS)
+        heads = _int(audio_cfg, where, "num_attention_heads", default=8, minimum=1, maximum=1 << 12)
+        kernel = _int(audio_cfg, where, "conv_kernel_size", default=5, minimum=1, maximum=1 << 10)
+        out = _int(audio_cfg, where, "output_proj_dims", default=1536, minimum=1, maximum=1 << 20)
+        channels = audio_cfg.get("subsampling_conv_channels", [128, 32])
+        if not (isinstance(channels, list) and len(channels) == 2 and all(type(c) is int and c > 0 for c in channels)):
+            raise PlanError(f"{where}.subsampling_conv_channels", f"{channels!r} is not two channel counts",
+                            "write two positive integers, e.g. [128, 32]")  # fmt: skip
+        c0, c1 = channels
+        subsample = c0 * 9 + c0 + c1 * c0 * 9 + c1 + (c0 // 4) * c1 * h
+        ffw = 2 * (2 * 4 * h * h + 2 * h)
+        attention = h // heads + 5 * h * h
+        lconv = 2 * h * h + h * h + h * kernel + 2 * h
+        audio = subsample + depth * (ffw + attention + lconv + 3 * h) + out * h + out + out * text_hidden
+    return vision, audio

@@ -34,6 +34,7 @@ from vllm_fleet.model.families import (
     _mixer_fields,
     check_layer_types,
     gemma4_fields,
+    gemma4_tower_params,
 )
 from vllm_fleet.model.files import (
     _encoder_max_seq_length,
@@ -398,6 +399,9 @@ def _spec_from_config(
             gemma4.pop(k) for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
         )
         window = _int(cfg, source, "sliding_window", default=512, minimum=1, maximum=MAX_POSITIONS)
+        if not vision_params and cfg is not top:
+            # Gemma4ForConditionalGeneration: transformers' towers, replicated on every rank.
+            vision_params = sum(gemma4_tower_params(top, source, hidden))
     if model_type in ("llama4", "llama4_text"):
         inter, moe_inter, experts, top_k, step, shared, shared_inter, layer_types, chunk = _llama4_text(
             cfg, source, layers
