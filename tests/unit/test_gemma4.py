@@ -95,3 +95,20 @@ def test_the_towers_count_as_transformers_builds_them() -> None:
 def test_bad_audio_channels_are_refused_with_the_field() -> None:
     with pytest.raises(PlanError, match="subsampling_conv_channels"):
         spec_from_config(_multimodal(vision_config={}, audio_config={"subsampling_conv_channels": [128]}), "g")
+
+
+def test_a_tower_whose_modalities_are_all_limited_to_zero_is_not_built() -> None:
+    """``--limit-mm-per-prompt`` 0 for image and video skips the vision tower, 0 for audio the
+    audio tower (``_mark_tower_model``); one modality left keeps its tower."""
+    spec = spec_from_config(_multimodal(vision_config={}, audio_config={}), "g")
+    vision, audio = (n for _, n in spec.tower_params)
+
+    def towers(limits: dict[str, int] | None) -> float:
+        with_towers = estimate(spec, H100, Settings(max_model_len=8192, limit_mm_per_prompt=limits))
+        text = estimate(spec_from_config(BASE, "g"), H100, Settings(max_model_len=8192))
+        return (with_towers.weights_gib - text.weights_gib) * (1 << 30) / 2
+
+    assert towers(None) == pytest.approx(vision + audio)
+    assert towers({"image": 0, "video": 0}) == pytest.approx(audio)
+    assert towers({"image": 0, "audio": 0}) == pytest.approx(vision)  # video keeps the vision tower
+    assert towers({"image": 0, "video": 0, "audio": 0}) == pytest.approx(0)

@@ -72,6 +72,7 @@ from vllm_fleet.accounting.towers import (
     _mm_parts,
     _vision,
     _vision_weight_bytes,
+    param_tower_bytes,
     unmodelled_tower_assumptions,
 )
 from vllm_fleet.accounting.weights_format import weights_format
@@ -535,6 +536,8 @@ def _estimate(
         if vision is not None:
             # vLLM builds the tower on every PP rank (the model classes have no PP check).
             parts.vision = _vision_weight_bytes(spec, vision, tp, db, data_mode) if loaded else 0.0
+        elif spec.tower_params and parts.vision:
+            parts.vision = param_tower_bytes(spec, settings.limit_mm_per_prompt, db)
         weights = (
             parts.embed * ratios.get("embed", 1.0)
             + parts.head * ratios.get("head", 1.0)

@@ -13,6 +13,7 @@ from vllm_fleet.accounting.base import (
     GIB,
 )
 from vllm_fleet.accounting.multimodal import (
+    DEFAULT_MM_LIMIT,
     QWEN_FAMILIES,
     EncoderProfile,
     VisionSpec,
@@ -107,6 +108,16 @@ def _mm_assumptions(
     elif limits:
         lines.append("encoder profile: nothing to profile with these --limit-mm-per-prompt counts")
     return lines
+
+
+def param_tower_bytes(spec: ModelSpec, limits: dict[str, int] | None, db: float) -> float:
+    """The bytes of the towers counted by their parameters (``tower_params``) that vLLM builds:
+    a tower whose modalities all have limit 0 is skipped (``_mark_tower_model``)."""
+    return sum(
+        n * db
+        for modalities, n in spec.tower_params
+        if not limits or any(limits.get(m, DEFAULT_MM_LIMIT) > 0 for m in modalities)
+    )
 
 
 def unmodelled_tower_assumptions(spec: ModelSpec) -> list[str]:

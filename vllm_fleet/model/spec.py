@@ -157,6 +157,9 @@ class ModelSpec:
     # The vision tower vLLM builds and profiles (multimodal.py); None for text-only models and
     # towers the planner does not model (their weights then come from vision_params).
     vision: VisionSpec | None = None
+    # Towers counted by their parameters, with the modalities that build each (Gemma 4: vision for
+    # image and video, audio): vLLM skips a tower whose modalities all have limit 0.
+    tower_params: tuple[tuple[tuple[str, ...], int], ...] = ()
     # Exact bytes from safetensors headers, per part ("embed", "head",
     # "vision", "layer"); None when the model came from the catalog.
     file_bytes: dict[str, int] | None = field(default=None, compare=False)
@@ -392,6 +395,7 @@ def _spec_from_config(
         shared_inter = moe_inter * shared
     chunk = 0
     gemma4: dict[str, Any] = {}
+    tower_params: tuple[tuple[tuple[str, ...], int], ...] = ()
     if model_type in GEMMA4_TYPES:
         gemma4 = gemma4_fields(cfg, source, layers, head_dim, kv_heads)
         layer_types = gemma4.pop("layer_types")
@@ -401,7 +405,10 @@ def _spec_from_config(
         window = _int(cfg, source, "sliding_window", default=512, minimum=1, maximum=MAX_POSITIONS)
         if not vision_params and cfg is not top:
             # Gemma4ForConditionalGeneration: transformers' towers, replicated on every rank.
-            vision_params = sum(gemma4_tower_params(top, source, hidden))
+            vision_tower, audio_tower = gemma4_tower_params(top, source, hidden)
+            vision_params = vision_tower + audio_tower
+            towers = ((("image", "video"), vision_tower), (("audio",), audio_tower))
+            tower_params = tuple(t for t in towers if t[1])
     if model_type in ("llama4", "llama4_text"):
         inter, moe_inter, experts, top_k, step, shared, shared_inter, layer_types, chunk = _llama4_text(
             cfg, source, layers
@@ -473,6 +480,7 @@ def _spec_from_config(
         and (model_type != "granitemoehybrid" or cfg.get("position_embedding_type") == "rope"),
         quant=quant,
         vision_params=vision_params,
+        tower_params=tower_params,
         vision=vision,
         source=source,
         derived_max_model_len=derived,
