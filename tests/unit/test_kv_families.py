@@ -428,3 +428,19 @@ def test_qwen3_5_is_qwen3_next_with_layer_types_and_a_float32_state() -> None:
     assert est.kv_bytes_per_token == 16 * 2 * 4 * 256 * 2
     # Per GDN layer: conv (2 x 16 x 128 + 48 x 128) x 3 x 2 bytes + SSM 48 x 128 x 128 x 4 bytes (float32).
     assert est.parts()["kv.ssm_state_bytes_per_seq"] == 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * 4)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {**NEMOTRON_H, "architectures": ["NemotronHPuzzleForCausalLM"]},
+        {**NEMOTRON_H, "block_configs": [{"block_type": "mamba"}] * NEMOTRON_H["num_hidden_layers"]},
+        {**NEMOTRON_H, "model_type": "nemotron_h_puzzle", "block_configs": []},
+    ],
+)
+def test_nemotron_h_puzzle_is_refused_with_its_reason(cfg: dict[str, Any]) -> None:
+    """NemotronHPuzzleForCausalLM: each layer from its block_configs entry (vLLM 0.32 asks the
+    checkpoint's get_nemotron_h_config_for_layer), which one top-level config cannot stand for."""
+    with pytest.raises(PlanError, match="block_configs") as err:
+        spec_from_config(cfg, "puzzle")
+    assert "kv_cache_memory_bytes" in err.value.fix

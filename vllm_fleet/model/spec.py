@@ -294,6 +294,19 @@ def _spec_from_config(
                 merged[key] = cfg[key]
         cfg = merged
     model_type = str(_get(cfg, "model_type", default=top.get("model_type", "unknown")))
+    archs = top.get("architectures")
+    if (isinstance(archs, list) and "NemotronHPuzzleForCausalLM" in archs) or (
+        model_type.startswith("nemotron_h") and "block_configs" in cfg
+    ):
+        # vLLM 0.32 builds each layer from the checkpoint's own get_nemotron_h_config_for_layer
+        # (its block_configs entry laid over the top-level config): widths, experts and top-k per
+        # layer, which one top-level config cannot stand for.
+        raise PlanError(
+            f"{source}:block_configs",
+            "NemotronHPuzzleForCausalLM sets each layer's experts and widths in block_configs, which the planner "
+            "does not model (a plan from the top-level values would size every layer alike)",
+            "serve it with kv_cache_memory_bytes measured on one GPU start, or plan a Nemotron-H checkpoint",
+        )
 
     hidden = _require(cfg, source, "hidden_size", "n_embd", "d_model")
     heads = _require(cfg, source, "num_attention_heads", "n_head", maximum=MAX_HEADS)
