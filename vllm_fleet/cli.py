@@ -352,7 +352,14 @@ def _device_from_args(args: argparse.Namespace) -> Device:
         if gpu.device == "cpu":
             raise PlanError("--gpu", "CPU needs its memory size", "use --gpu-memory-gib for the CPU KV space")
         return Device(
-            gpu.name, gpu.memory_gib, gpu.device, gpu.capability // 10, None, gpu.capability, gpu.unified_memory
+            gpu.name,
+            gpu.memory_gib,
+            gpu.device,
+            gpu.capability // 10,
+            None,
+            gpu.capability,
+            gpu.unified_memory,
+            gpu.p2p,
         )
     return Device(f"{args.gpu_memory_gib:g} GiB GPU", float(args.gpu_memory_gib))
 

@@ -29,6 +29,7 @@ from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.cli import main
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.spec import load_model
+from vllm_fleet.planning.cluster import node_from_dict
 
 H100 = Device("H100", 79.19)
 QWEN3_30B = "Qwen/Qwen3-30B-A3B"  # 48 layers, hidden 2048, 128 experts x 768, top-8, bf16
@@ -214,3 +215,21 @@ def test_estimate_cli_takes_nvlink_from_the_catalog_and_reads_eplb_config(capsys
     )
     assert main([*argv, "--eplb-config", "not json"]) != 0
     assert "--eplb-config" in capsys.readouterr().err
+
+
+def test_geforce_pairs_have_no_custom_all_reduce() -> None:
+    """vLLM's custom all-reduce needs peer-to-peer access (_can_p2p), which GeForce cards lack
+    without an NVLink bridge: a pair of RTX 4090s keeps no IPC buffers; an NVLinked pair does."""
+    spec = load_model("Qwen/Qwen2.5-14B")
+    settings = Settings(tensor_parallel_size=2, max_model_len=8192)
+    geforce = node_from_dict({"name": "n", "gpu": "RTX-4090", "gpu_count": 2}, 0)
+    bridged = node_from_dict({"name": "n", "gpu": "RTX-3090", "gpu_count": 2, "nvlink": True}, 0)
+    l40s = node_from_dict({"name": "n", "gpu": "L40S", "gpu_count": 2}, 0)
+    pair = estimate(spec, geforce.device(), settings, nvlink=False)
+    assert any("custom all-reduce off (RTX-4090: no peer-to-peer access" in a for a in pair.assumptions)
+    kept = estimate(spec, l40s.device(), settings, nvlink=False)
+    assert any("custom all-reduce kept (two GPUs)" in a for a in kept.assumptions)
+    # The IPC buffers (0.1 GiB x tp / 8) are what the two differ by outside the budget.
+    gap = kept.ranks[0].startup_overhead_gib - pair.ranks[0].startup_overhead_gib
+    assert gap == pytest.approx(0.1 * 2 / 8)
+    assert bridged.device().p2p and not geforce.device().p2p

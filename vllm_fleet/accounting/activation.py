@@ -166,8 +166,9 @@ def _non_torch_bytes(
         if pp > 1:
             nccl += 0.2 * GIB
         # Custom all-reduce IPC buffers: CustomAllreduce refuses more than two PCIe-only GPUs
-        # (not fully connected), so without NVLink only a pair keeps them.
-        if tp > 1 and (nvlink or tp == 2):
+        # (not fully connected), so without NVLink only a pair keeps them, and GPUs without
+        # peer-to-peer access none (_can_p2p).
+        if tp > 1 and (nvlink or (tp == 2 and device.p2p)):
             nccl += 0.1 * GIB * tp / 8
     inside = base + (nccl if acct.nccl_in_budget else 0.0)
     outside = CUDA_CONTEXT_GIB * GIB + (0.0 if acct.nccl_in_budget else nccl)
@@ -300,6 +301,9 @@ def _moe_assumptions(
                 " counted in the weights"
             )
     if tp > 1 and not nvlink and device.kind == "cuda":
-        state = "kept (two GPUs)" if tp == 2 else "off (CustomAllreduce: more than two PCIe-only GPUs)"
+        if tp > 2:
+            state = "off (CustomAllreduce: more than two PCIe-only GPUs)"
+        else:
+            state = "kept (two GPUs)" if device.p2p else f"off ({device.name}: no peer-to-peer access, _can_p2p)"
         lines.append(f"PCIe without NVLink: custom all-reduce {state}; NCCL buffers outside the budget")
     return lines

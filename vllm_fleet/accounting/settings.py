@@ -129,6 +129,8 @@ class Device:
     # An integrated GPU sharing the host's memory (GB10): vLLM's free memory is the host's
     # MemAvailable, which vLLM's own processes and the OS draw on too.
     unified_memory: bool = False
+    # Peer-to-peer access between its GPUs (vLLM's custom all-reduce needs it).
+    p2p: bool = True
 
     @property
     def compute_capability(self) -> int:

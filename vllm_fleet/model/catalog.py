@@ -332,6 +332,9 @@ class GpuType:
     # An integrated GPU (cudaDevAttrIntegrated, torch's ``is_integrated``) that shares the host's
     # memory: vLLM reads the host's MemAvailable as its free memory (MemorySnapshot.measure).
     unified_memory: bool = False
+    # Peer-to-peer access over PCIe, which vLLM's custom all-reduce needs (_can_p2p): the driver
+    # gives GeForce cards none without an NVLink bridge.
+    p2p: bool = True
 
 
 GPUS: dict[str, GpuType] = {
@@ -361,8 +364,8 @@ GPUS: dict[str, GpuType] = {
         # DGX Spark: CUDA's total is the host's memory (121.69 GiB on a 128 GB Spark; nvidia-smi
         # prints "[N/A]" for its memory), shared with the OS and vLLM's own processes.
         GpuType("GB10", 121.69, "blackwell", False, 121, unified_memory=True),
-        GpuType("RTX-4090", 23.52, "ada", False, 89),
-        GpuType("RTX-3090", 23.58, "ampere", False, 86),
+        GpuType("RTX-4090", 23.52, "ada", False, 89, p2p=False),
+        GpuType("RTX-3090", 23.58, "ampere", False, 86, p2p=False),
         GpuType("RTX-2000-Ada", 15.59, "ada", False, 89),
         GpuType("T4", 14.56, "turing", False, 75),
         GpuType("V100-32G", 31.74, "volta", True, 70),

@@ -44,6 +44,7 @@ class Node:
     free_gib: float | None = None
     capability: int | None = None  # compute capability x 10; None: the architecture's lowest
     unified_memory: bool = False
+    p2p: bool = True
 
     @property
     def gpu_key(self) -> str:
@@ -60,6 +61,7 @@ class Node:
             self.free_gib,
             capability,
             self.unified_memory,
+            self.p2p or self.nvlink,
         )
 
 
@@ -187,6 +189,7 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         arch=gpu.arch if gpu else "hopper",
         capability=gpu.capability if gpu and gpu.device == "cuda" else None,
         unified_memory=unified,
+        p2p=gpu.p2p if gpu else True,
         address=_text(data.get("address"), f"{where}.address"),
         interface=_text(data.get("interface"), f"{where}.interface"),
         free_gib=_number(free, f"{where}.gpu_free_gib", float, "give free memory per GPU in GiB", MAX_GPU_MEMORY_GIB)
