@@ -346,6 +346,10 @@ GPUS: dict[str, GpuType] = {
         GpuType("H200", 139.81, "hopper", True, 90),
         GpuType("H20", 95.00, "hopper", True, 90),
         GpuType("H800", 79.19, "hopper", True, 90),
+        # Grace Hopper, 96 GB HBM3 (torch reports 94.88 GiB, Lightning-AI/litgpt issue 1892): discrete
+        # to CUDA; its HBM is a NUMA node the OS may fill with page cache, which gpu_facts' free
+        # memory then shows.
+        GpuType("GH200", 94.88, "hopper", True, 90),
         GpuType("B200", 178.36, "blackwell", True, 100),
         GpuType("GB200", 184.00, "blackwell", True, 100),
         GpuType("A100-80G", 79.15, "ampere", True, 80),
@@ -406,6 +410,7 @@ _GPU_ALIASES: dict[str, str] = {
     "b200": "b200",
     "nvidia b200": "b200",
     "nvidia gb10": "gb10",
+    "nvidia gh200 480gb": "gh200",
     "dgx-spark": "gb10",
     "nvidia rtx pro 6000 blackwell server edition": "rtx-pro-6000",
     "nvidia rtx pro 6000 blackwell workstation edition": "rtx-pro-6000",
