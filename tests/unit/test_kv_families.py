@@ -257,6 +257,25 @@ def test_nemotron_h_weights_count_each_block_once() -> None:
     assert est.weights_gib * (1 << 30) == pytest.approx(want, rel=1e-9)
 
 
+def test_nemotron_h_latent_moe_runs_the_experts_in_the_latent_width() -> None:
+    """NemotronHMoE with moe_latent_size (Nemotron 3 Super / Ultra): routed experts of latent x
+    intermediate, between fc1_latent_proj (hidden -> latent) and fc2_latent_proj (latent -> hidden),
+    both replicated; the router and shared experts stay on the hidden size."""
+    plain = estimate(spec_from_config(NEMOTRON_H, "nh"), H100, Settings(max_model_len=4096))
+    latent_cfg = dict(NEMOTRON_H, moe_latent_size=64)
+    spec = spec_from_config(latent_cfg, "nh")
+    assert spec.moe_latent_size == 64
+    latent = estimate(spec, H100, Settings(max_model_len=4096))
+    h, k, inter, experts = 256, 64, 64, 4
+    delta = experts * 2 * inter * (k - h) + 2 * h * k  # experts narrower, two projections more
+    assert (latent.weights_gib - plain.weights_gib) * (1 << 30) == pytest.approx(delta * BF16, rel=1e-9)
+    # TP=2 shards the experts, not the replicated latent projections.
+    tp2 = estimate(spec, H100, Settings(max_model_len=4096, tensor_parallel_size=2))
+    tp2_plain = estimate(spec_from_config(NEMOTRON_H, "nh"), H100, Settings(max_model_len=4096, tensor_parallel_size=2))
+    tp2_delta = experts * 2 * inter * (k - h) / 2 + 2 * h * k
+    assert (tp2.weights_gib - tp2_plain.weights_gib) * (1 << 30) == pytest.approx(tp2_delta * BF16, rel=1e-9)
+
+
 GRANITE_H = {
     "model_type": "granitemoehybrid",
     "num_hidden_layers": 4,

@@ -84,6 +84,8 @@ def _every_layer(attn: Any, mlp: Any) -> dict[str, Any]:
         ("backbone.layers.6.mixer.up_proj", (6, "mlp")),
         ("model.layers.3.linear_attn.out_proj", (3, "mixer")),
         ("model.layers.2.self_attn.kv_a_proj_with_mqa", (2, "attn")),
+        ("backbone.layers.7.mixer.fc1_latent_proj", (7, "latent")),  # Nemotron-H's latent MoE
+        ("backbone.layers.7.mixer.experts.3.up_proj", (7, "experts")),
         ("lm_head", (None, "head")),
         ("model.embed_tokens", (None, "other")),
     ],

@@ -59,6 +59,8 @@ def _moe_activation(
     (M, topk, max(N, K)), N = 2 x the rank's intermediate size, K = hidden) kept by the
     workspace manager; older releases: the planner's chunked estimate."""
     h = spec.hidden_size
+    # The experts' own width (Nemotron-H's latent MoE runs them in moe_latent_size).
+    k = spec.moe_latent_size or h
     shard = moe.moe_tp if moe is not None else (1 if ep > 1 else tp)
     inter = spec.moe_intermediate_size / shard
     topk = max(spec.num_experts_per_tok, 1)
@@ -66,9 +68,9 @@ def _moe_activation(
 
     def workspace(m: int) -> float:
         if acct.moe_unchunked:
-            return max(m * topk * max(inter, h), m * h) * db + m * topk * max(2 * inter, h) * db
+            return max(m * topk * max(inter, k), m * k) * db + m * topk * max(2 * inter, k) * db
         # fused_moe caches (gate_up out, activation out, per-expert out) for one chunk.
-        return min(m, FUSED_MOE_CHUNK) * topk * (3 * inter + h) * db
+        return min(m, FUSED_MOE_CHUNK) * topk * (3 * inter + k) * db
 
     def layer(m: int) -> float:
         # Workspaces, router logits (fp32) and the summed output of the local tokens; the

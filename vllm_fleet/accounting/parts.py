@@ -87,7 +87,7 @@ def _routed_expert_bytes(
     """One MoE layer's routed-expert weights on the rank holding the most experts: whole
     experts under EP (``determine_expert_map``), else every expert TP-sharded over
     ``moe.moe_tp`` ranks (``tp`` when no layout is given)."""
-    h = spec.hidden_size
+    h = spec.moe_latent_size or spec.hidden_size  # Nemotron-H's latent MoE: experts in the latent width
     inter = spec.moe_intermediate_size
     if moe is not None:
         local: float = moe.local_experts
@@ -135,6 +135,9 @@ def _mlp_bytes(
     total += router
     if spec.model_type.startswith("deepseek") or spec.model_type == "nemotron_h" or spec.routing_bias:
         total += experts * 4  # e_score_correction_bias, fp32
+    if spec.moe_latent_size:
+        # fc1_latent_proj (hidden -> latent) and fc2_latent_proj (latent -> hidden): ReplicatedLinear.
+        total += _linear(2 * h * spec.moe_latent_size, _part(quant, index, "latent"), db)
     if spec.num_shared_experts:
         total += _linear(mats * h * spec.shared_expert_intermediate_size / tp, _part(quant, index, "shared"), db)
         if spec.model_type.startswith("qwen2_moe") or spec.model_type in QWEN_GDN_TYPES:

@@ -159,6 +159,9 @@ def _mixer_fields(
             mamba_conv_bias=_flag(cfg, source, "use_conv_bias", True),
             mamba_proj_bias=_flag(cfg, source, "use_bias", False),
             mamba_ssm_cache_dtype=str(cfg.get("mamba_ssm_cache_dtype") or "float32"),
+            # Latent MoE (Nemotron 3 Super / Ultra): routed experts in moe_latent_size, between
+            # fc1_latent_proj and fc2_latent_proj (NemotronHMoE).
+            moe_latent_size=_int(cfg, source, "moe_latent_size", maximum=1 << 20),
         )  # fmt: skip
         return out
     expand = _float(cfg, source, "mamba_expand", 2.0, 0.0, 64.0)

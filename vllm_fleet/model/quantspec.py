@@ -57,6 +57,7 @@ _PART_NAMES = {
     "experts": ("mlp.experts", "block_sparse_moe.experts", "mlp.experts.0.gate_proj", "mlp.experts.0.down_proj"),
     "shared": ("mlp.shared_experts.gate_proj", "mlp.shared_expert.gate_proj", "mlp.shared_experts"),
     "indexer": ("self_attn.indexer.wq_b",),
+    "latent": ("mixer.fc1_latent_proj", "mixer.fc2_latent_proj"),  # Nemotron-H's latent MoE
 }
 _ATTN_LEAVES = frozenset(
     {"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj",
@@ -76,6 +77,8 @@ def module_part(name: str) -> tuple[int | None, str]:
     leaf = rest.rsplit(".", maxsplit=1)[-1]
     if "shared_expert" in rest:
         return index, "shared"
+    if "latent_proj" in rest:
+        return index, "latent"
     if "experts" in rest:
         return index, "experts"
     if "indexer" in rest:

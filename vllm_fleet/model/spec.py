@@ -133,6 +133,8 @@ class ModelSpec:
     mamba_rms_norm: bool = True  # MambaMixer2's gated RMS norm (Falcon-H1: mamba_rms_norm)
     # config.json's mamba_ssm_cache_dtype (Nemotron-H; vLLM's default there is float32).
     mamba_ssm_cache_dtype: str = ""
+    # Nemotron-H's latent MoE: the routed experts' width in place of hidden_size (0: none).
+    moe_latent_size: int = 0
     # Gated DeltaNet linear attention (Qwen3-Next: linear_* keys).
     linear_num_key_heads: int = 0
     linear_num_value_heads: int = 0
