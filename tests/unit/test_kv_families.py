@@ -276,6 +276,24 @@ def test_nemotron_h_latent_moe_runs_the_experts_in_the_latent_width() -> None:
     assert (tp2.weights_gib - tp2_plain.weights_gib) * (1 << 30) == pytest.approx(tp2_delta * BF16, rel=1e-9)
 
 
+def test_nemotron_3_super_totals_its_cards_120b() -> None:
+    """Nemotron 3 Super 120B-A12B's config.json values as public repositories check them (hidden
+    4,096; 88 layers: 40 Mamba, 40 latent MoE, 8 attention; 512 experts of 2,688 in a 1,024
+    latent, top-22, a 5,376 shared expert): 120 billion parameters as its card says (the experts
+    at the hidden size made 460 billion). The pattern's order is not known here, only its counts,
+    which is all the weights depend on."""
+    cfg = dict(
+        NEMOTRON_H, hidden_size=4096, num_hidden_layers=88, hybrid_override_pattern=("ME" * 5 + "*") * 8,
+        num_attention_heads=32, num_key_value_heads=2, head_dim=128, vocab_size=131072, n_routed_experts=512,
+        num_experts_per_tok=22, moe_intermediate_size=2688, moe_latent_size=1024, n_shared_experts=1,
+        moe_shared_expert_intermediate_size=5376, intermediate_size=21504, mamba_num_heads=128, mamba_head_dim=64,
+        n_groups=8, ssm_state_size=128, tie_word_embeddings=False,
+    )  # fmt: skip
+    big = Device("B300", 4000.0, "cuda", 10, None, 103)
+    est = estimate(spec_from_config(cfg, "super"), big, Settings(max_model_len=4096))
+    assert est.weights_gib * (1 << 30) / BF16 == pytest.approx(120e9, rel=0.01)
+
+
 GRANITE_H = {
     "model_type": "granitemoehybrid",
     "num_hidden_layers": 4,
