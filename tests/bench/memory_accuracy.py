@@ -209,7 +209,12 @@ def _run_entry(entry: dict[str, Any], models: dict[str, Any], folder: str | None
     dtype = str(entry.get("dtype") or "")
     if dtype.startswith("fp16"):
         argv += ["--dtype", "float16"]
-    argv += ["--gpu-memory-gib", str(total if total else 80.0)]
+    catalog = lookup_gpu(str(entry["gpu"])) if entry.get("gpu") and not entry.get("gpu_total_gib") else None
+    if catalog is not None:
+        # The catalog's GPU: its memory, compute capability and peer-to-peer access (custom all-reduce).
+        argv += ["--gpu", catalog.name]
+    else:
+        argv += ["--gpu-memory-gib", str(total if total else 80.0)]
     nvlink = _nvlink(entry)
     if nvlink is not None and (entry.get("tensor_parallel_size") or 1) > 1:
         argv.append("--nvlink" if nvlink else "--no-nvlink")

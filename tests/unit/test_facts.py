@@ -115,6 +115,13 @@ def test_integrated_gpu_takes_the_hosts_memory() -> None:
     thor = "0, NVIDIA Thor, [N/A], [N/A], 11.0, 580.1\n"
     other = facts.host_facts({"query_gpu": thor, "meminfo": "MemTotal: 1048576 kB\n"})
     assert other["unified_memory"] and other["gpu_memory_gib"] == 1.0
+    # A known discrete GPU whose memory nvidia-smi does not answer (MIG, a container without the
+    # permission) stays discrete: its 0 GiB is refused by the planner, not read from the host.
+    denied = "0, NVIDIA H200, [Insufficient Permissions], [Insufficient Permissions], 9.0, 570.1\n"
+    h200 = facts.host_facts({"query_gpu": denied, "meminfo": "MemTotal: 2113929216 kB\n"})
+    assert not h200["unified_memory"] and h200["gpu_memory_gib"] == 0.0
+    unknown = "0, NVIDIA Future, [N/A], [N/A], 10.0, 600.1\n"
+    assert not facts.host_facts({"query_gpu": unknown, "meminfo": "MemTotal: 1048576 kB\n"})["unified_memory"]
     # A discrete GPU is not unified memory and keeps its own free figure.
     h100 = facts.host_facts(_raw("h100-sxm"))
     assert not h100["unified_memory"] and h100["gpu_free_gib"] is not None

@@ -3,13 +3,16 @@ weights are checked against the model vLLM builds in tests/oracle/test_hybrid_we
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
+from vllm_fleet.accounting.towers import param_tower_bytes, unmodelled_tower_assumptions
 from vllm_fleet.errors import PlanError
+from vllm_fleet.model.files import _classify
 from vllm_fleet.model.spec import spec_from_config
 
 H100 = Device("H100-SXM", 79.19, "cuda", 9)
@@ -112,3 +115,18 @@ def test_a_tower_whose_modalities_are_all_limited_to_zero_is_not_built() -> None
     assert towers({"image": 0, "video": 0}) == pytest.approx(audio)
     assert towers({"image": 0, "audio": 0}) == pytest.approx(vision)  # video keeps the vision tower
     assert towers({"image": 0, "video": 0, "audio": 0}) == pytest.approx(0)
+
+
+def test_a_folders_tower_tensors_are_the_towers_not_text_layers() -> None:
+    """Gemma 4's audio tower has ``layers.N`` in its names: the folder's bytes of it are the
+    towers' (not the text layers', which would count it twice), and they scale the towers'
+    config count (a quantized tower is smaller); the limits still drop a tower."""
+    assert _classify("model.audio_tower.layers.3.self_attn.q_proj.linear.weight", 30) == "vision"
+    assert _classify("model.embed_audio.embedding_projection.weight", 30) == "vision"
+    assert _classify("model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight", 30) == "vision"
+    spec = spec_from_config(_multimodal(vision_config={}, audio_config={}), "g")
+    vision, audio = (n for _, n in spec.tower_params)
+    half = replace(spec, file_bytes={"vision": vision + audio})  # the towers at 1 byte a weight
+    assert param_tower_bytes(half, None, 2.0) == pytest.approx(vision + audio)
+    assert param_tower_bytes(half, {"audio": 0}, 2.0) == pytest.approx(vision)
+    assert unmodelled_tower_assumptions(spec, {"image": 0, "video": 0, "audio": 0}) == []

@@ -472,7 +472,7 @@ def test_qwen3_5_is_qwen3_next_with_layer_types_and_a_float32_state() -> None:
     [
         {**NEMOTRON_H, "architectures": ["NemotronHPuzzleForCausalLM"]},
         {**NEMOTRON_H, "block_configs": [{"block_type": "mamba"}] * NEMOTRON_H["num_hidden_layers"]},
-        {**NEMOTRON_H, "model_type": "nemotron_h_puzzle", "block_configs": []},
+        {**NEMOTRON_H, "model_type": "nemotron_h_puzzle", "block_configs": [{"block_type": "mamba"}]},
     ],
 )
 def test_nemotron_h_puzzle_is_refused_with_its_reason(cfg: dict[str, Any]) -> None:

@@ -191,7 +191,7 @@ def test_pcie_turns_custom_all_reduce_off_above_two_gpus() -> None:
     # the KV pool does not move.
     gap = linked.ranks[0].startup_overhead_gib - pcie.ranks[0].startup_overhead_gib
     pcie_nccl = 2 * (NCCL_PCIE_COMM_GIB + NCCL_PCIE_PER_PEER_GIB * 7)
-    assert pytest.approx(8.5 / 1024) == NCCL_PCIE_PER_PEER_GIB and NCCL_PCIE_COMM_GIB == 0.0625
+    assert pytest.approx(9 / 1024) == NCCL_PCIE_PER_PEER_GIB and NCCL_PCIE_COMM_GIB == 0.0625
     assert gap == pytest.approx(2 * (0.25 + 0.35 * 7) - pcie_nccl + 0.1, abs=1e-9)
     assert pcie.num_gpu_blocks == linked.num_gpu_blocks
     assert any("custom all-reduce off" in line for line in pcie.assumptions)

@@ -77,7 +77,9 @@ def _moe_activation(
         # gathered hidden states and top-k ids / weights (int32 + fp32) when tokens came in.
         total = workspace(m) + m * spec.num_experts * 4 + tokens * h * db
         if m > tokens:
-            total += m * h * db + m * topk * 8
+            # Gathered hidden states: in the latent width for a latent MoE (vLLM applies
+            # fc1_latent_proj before the dispatch, apply_routed_input_transform).
+            total += m * k * db + m * topk * 8
         return total
 
     gathered = tokens * gather

@@ -17,13 +17,15 @@ CURRENT_VLLM = "0.32.0"
 # it has to be free, or startup fails with "Free memory on device ...".
 CUDA_CONTEXT_GIB = 0.6
 # NCCL over PCIe (no NVLink): per peer, 2 channels x (the Simple protocol's NCCL_BUFFSIZE of
-# 4 MiB + the LL protocol's 256 KiB; LL128 runs over NVLink only) = 8.5 MiB; per communicator,
-# its own device structures (work FIFOs, channel and proxy state), 64 MiB: with the 0.1 GiB of
-# cuBLAS workspaces the two communicators of a TP=2 pair come to the 0.25 GiB non-torch memory
-# vLLM printed for two RTX 4090s without P2P (vllm-project/vllm issue 13061, V0). The NVLink
-# figures below (0.25 GiB a communicator, 0.35 GiB a peer: 16-32 channels, LL128, NVLS) are
-# the measured ones.
-NCCL_PCIE_PER_PEER_GIB = 2 * (4 + 0.25) / 1024
+# 4 MiB + the LL protocol's 512 KiB: 8 lines x 512 threads x 8 steps x 16 bytes; LL128 runs over
+# NVLink only) = 9 MiB; per communicator, its own device structures (work FIFOs, channel and
+# proxy state), 64 MiB. With the 0.1 GiB of cuBLAS workspaces the two communicators of a TP=2
+# pair come to 0.24 GiB, against the 0.25 GiB of non-torch memory vLLM printed for two RTX 4090s
+# (vllm-project/vllm issue 13061, V0; NCCL used its shared-memory transport there, GeForce cards
+# having no P2P). Unmeasured beyond that pair: more PCIe ranks, P2P transport, aarch64 hosts (a
+# 1 MiB default buffer there). The NVLink figures below (0.25 GiB a communicator, 0.35 GiB a
+# peer: 16-32 channels, LL128, NVLS) are the measured ones.
+NCCL_PCIE_PER_PEER_GIB = 2 * (4 + 0.5) / 1024
 NCCL_PCIE_COMM_GIB = 64 / 1024
 # Per-graph, per-layer cost of captured CUDA graphs (piecewise + full decode
 # graphs share one pool); measured 0.49 GiB for a 28-layer model capturing

@@ -716,7 +716,7 @@ def _estimate(
     mm_assumptions = (
         _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode)
         if vision is not None
-        else unmodelled_tower_assumptions(spec)
+        else unmodelled_tower_assumptions(spec, settings.limit_mm_per_prompt)
     )
     if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
         notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")

@@ -113,17 +113,24 @@ def _mm_assumptions(
 def param_tower_bytes(spec: ModelSpec, limits: dict[str, int] | None, db: float) -> float:
     """The bytes of the towers counted by their parameters (``tower_params``) that vLLM builds:
     a tower whose modalities all have limit 0 is skipped (``_mark_tower_model``)."""
-    return sum(
-        n * db
+    built = sum(
+        n
         for modalities, n in spec.tower_params
         if not limits or any(limits.get(m, DEFAULT_MM_LIMIT) > 0 for m in modalities)
     )
+    # The safetensors bytes of the towers, when the folder has them (a quantized tower is smaller).
+    found = (spec.file_bytes or {}).get("vision", 0)
+    everything = sum(n for _, n in spec.tower_params)
+    return built * db * (found / (everything * db) if found and everything else 1.0)
 
 
-def unmodelled_tower_assumptions(spec: ModelSpec) -> list[str]:
+def unmodelled_tower_assumptions(spec: ModelSpec, limits: dict[str, int] | None) -> list[str]:
     """One line for towers counted by their parameters alone (``vision_params``: Gemma 4's vision
-    and audio towers, a catalog's tower size), whose encoder profile the planner does not model."""
+    and audio towers, a catalog's tower size), whose encoder profile the planner does not model;
+    none when the limits leave no tower built."""
     if spec.vision is not None or not spec.vision_params:
+        return []
+    if spec.tower_params and not param_tower_bytes(spec, limits, 1.0):
         return []
     what = (
         "Gemma 4's vision and audio towers (transformers' Gemma4VisionModel / Gemma4AudioModel and their "

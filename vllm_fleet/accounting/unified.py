@@ -40,7 +40,7 @@ from vllm_fleet.accounting.base import GIB, parse_version
 from vllm_fleet.accounting.settings import Device
 
 # What the plan leaves of a unified-memory host outside vLLM's budget, where no free memory is
-# stated: 17.5 GiB, at most 15 % of the host (a 16 GB Jetson keeps 2.4 GiB; see the module
+# stated: 17.5 GiB, at most 15 % of the host (a 16 GB Jetson keeps 2.3 GiB; see the module
 # docstring for the sources).
 UMA_HOST_RESERVE_GIB = 17.5
 UMA_HOST_RESERVE_SHARE = 0.15

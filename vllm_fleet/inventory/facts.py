@@ -35,6 +35,8 @@ from typing import Any
 from vllm_fleet.model.catalog import lookup_gpu
 
 GPU_QUERY_FIELDS = "index,name,memory.total,memory.free,compute_cap,driver_version,pci.bus_id"
+# nvidia-smi's compute_cap of NVIDIA's integrated GPUs: Orin, Thor, GB10 (the DGX Spark).
+INTEGRATED_CAPABILITIES = frozenset({"8.7", "11.0", "12.1"})
 VIRTUAL_NIC = re.compile(r"^(lo|docker\d*|veth.*|br-.*|virbr.*|podman\d*|cni.*|flannel.*|cali.*|tun.*|tap.*)$")
 
 
@@ -259,11 +261,17 @@ def host_facts(raw: dict[str, Any]) -> dict[str, Any]:
     names = sorted({g["name"] for g in gpus})
     gpu_type = lookup_gpu(names[0]) if len(names) == 1 else None
     meminfo = parse_meminfo(str(raw.get("meminfo") or ""))
-    # An integrated GPU (the catalog says so, or the driver reports no memory of its own): CUDA's
-    # total is the host's MemTotal, and vLLM reads MemAvailable as its free memory (unified.py).
-    unified = bool(gpus) and (
-        (gpu_type is not None and gpu_type.unified_memory) or all(g["memory_total_mib"] is None for g in gpus)
-    )
+    # An integrated GPU: CUDA's total is the host's MemTotal, and vLLM reads MemAvailable as its free
+    # memory (unified.py). The catalog decides for a GPU it knows; an unknown one counts only when the
+    # driver reports no memory of its own and its compute capability is an integrated part's (a
+    # discrete GPU answering "[N/A]" or "[Insufficient Permissions]", under MIG or in a container,
+    # keeps the 0 GiB the planner refuses).
+    if gpu_type is not None:
+        unified = gpu_type.unified_memory
+    else:
+        unified = bool(gpus) and all(
+            g["memory_total_mib"] is None and g["compute_capability"] in INTEGRATED_CAPABILITIES for g in gpus
+        )
     apps = parse_compute_apps(str(raw.get("compute_apps") or ""))
     if unified:
         total = meminfo.get("MemTotal")

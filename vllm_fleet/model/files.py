@@ -46,8 +46,17 @@ _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|block)\.(\d+)\.")
 
 def _classify(name: str, num_layers: int) -> str | None:
     lowered = name.lower()
-    if any(tag in lowered for tag in ("visual", "vision", "image_newline", "multi_modal_projector", "mm_projector")):
-        return "vision"
+    towers = (
+        "visual",
+        "vision",
+        "image_newline",
+        "multi_modal_projector",
+        "mm_projector",
+        "audio_tower",
+        "embed_audio",
+    )
+    if any(tag in lowered for tag in towers):
+        return "vision"  # the multimodal towers and their projectors (Gemma 4's audio tower too)
     match = _LAYER_RE.search(name)
     if match:
         # DeepSeek's MTP module is stored as extra layers; vLLM skips it unless

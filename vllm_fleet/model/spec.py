@@ -298,7 +298,7 @@ def _spec_from_config(
     model_type = str(_get(cfg, "model_type", default=top.get("model_type", "unknown")))
     archs = top.get("architectures")
     if (isinstance(archs, list) and "NemotronHPuzzleForCausalLM" in archs) or (
-        model_type.startswith("nemotron_h") and "block_configs" in cfg
+        model_type.startswith("nemotron_h") and bool(cfg.get("block_configs"))
     ):
         # vLLM 0.32 builds each layer from the checkpoint's own get_nemotron_h_config_for_layer
         # (its block_configs entry laid over the top-level config): widths, experts and top-k per
@@ -608,6 +608,7 @@ def _with_file_bytes(spec: ModelSpec, file_bytes: dict[str, int]) -> ModelSpec:
     return replace(
         spec,
         file_bytes=file_bytes,
-        vision_params=int(vision / dtype_bytes) if vision else spec.vision_params,
+        # Towers counted from the config (tower_params) keep that count; the files' bytes scale it.
+        vision_params=int(vision / dtype_bytes) if vision and not spec.tower_params else spec.vision_params,
         source=spec.source + " + safetensors headers",
     )
