@@ -679,7 +679,11 @@ def _estimate(
         )
     # request_memory (v1/worker/utils.py): vLLM refuses to start when the free memory is below
     # total x gpu_memory_utilization; the most it starts with, over the stages.
-    start_limits = [_start_limit(s) for s in stage_info if s["device"].kind != "cpu" and s["device"].total_gib > 0]
+    start_limits = [
+        unified.start_limit(s["device"], s["nt_out"])
+        for s in stage_info
+        if s["device"].kind != "cpu" and s["device"].total_gib > 0
+    ]
     if worst["available"] > 0 and num_blocks - reserve >= need:
         for info in stage_info:
             dev = info["device"]
@@ -689,7 +693,7 @@ def _estimate(
             free = unified.startup_free_bytes(dev)
             if needed > free:
                 fits = False
-                most = _start_limit(info)
+                most = unified.start_limit(dev, info["nt_out"])
                 held = " (unified memory: the OS and vLLM's host processes hold the rest)" if dev.unified_memory else ""
                 reason = (
                     f"gpu_memory_utilization {settings.utilization} asks for "
@@ -756,15 +760,6 @@ def _estimate(
         option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
     return est, min(start_limits) if start_limits else None
-
-
-def _start_limit(stage: dict[str, Any]) -> float:
-    """The most gpu_memory_utilization a stage's GPU starts with: its free memory (the whole GPU
-    when not measured, the host's less its reserve on unified memory) less vLLM's CUDA context and
-    NCCL, over its total, rounded down to 0.01."""
-    dev = stage["device"]
-    free = unified.startup_free_bytes(dev)
-    return float(math.floor((free - stage["nt_out"]) / (dev.total_gib * GIB) * 100) / 100)
 
 
 def _llama4_assumptions(spec: ModelSpec, layout: _KvLayout, settings: Settings) -> list[str]:

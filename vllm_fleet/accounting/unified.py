@@ -36,6 +36,8 @@ Pure Python, no torch or vLLM import.
 
 from __future__ import annotations
 
+import math
+
 from vllm_fleet.accounting.base import GIB, parse_version
 from vllm_fleet.accounting.settings import Device
 
@@ -67,6 +69,14 @@ def startup_free_bytes(device: Device) -> float:
     if device.unified_memory:
         return (device.total_gib - host_reserve_gib(device)) * GIB
     return device.total_gib * GIB
+
+
+def start_limit(device: Device, outside_bytes: float) -> float:
+    """The most gpu_memory_utilization ``device`` starts with: its free memory at vLLM's snapshot
+    (:func:`startup_free_bytes`) less what vLLM holds outside its budget there (the CUDA context,
+    NCCL: ``outside_bytes``), over its total, rounded down to 0.01."""
+    free = startup_free_bytes(device)
+    return float(math.floor((free - outside_bytes) / (device.total_gib * GIB) * 100) / 100)
 
 
 def host_reserve_gib(device: Device) -> float:
