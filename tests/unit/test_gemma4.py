@@ -10,7 +10,7 @@ import pytest
 
 from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.accounting.towers import param_tower_bytes, unmodelled_tower_assumptions
+from vllm_fleet.accounting.towers import gemma4_encoder_profile, param_tower_bytes, unmodelled_tower_assumptions
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.files import _classify
 from vllm_fleet.model.spec import spec_from_config
@@ -87,11 +87,11 @@ def test_the_towers_count_as_transformers_builds_them() -> None:
     text_only = spec_from_config(BASE, "g")
     assert text_only.vision_params == 0
     # Counted on every rank (towers replicated, Gemma4Model without a first-rank check), in the
-    # model dtype, and said to be without their encoder profile.
+    # model dtype; the assumption says how the encoder's pass is counted.
     tp2 = estimate(both, H100, Settings(max_model_len=8192, tensor_parallel_size=2))
     tp2_text = estimate(text_only, H100, Settings(max_model_len=8192, tensor_parallel_size=2))
     assert (tp2.weights_gib - tp2_text.weights_gib) * (1 << 30) == pytest.approx(both.vision_params * 2)
-    assert any("vision and audio towers" in a and "not modelled" in a for a in tp2.assumptions)
+    assert any("Gemma 4's towers" in a and "_encoder_chunk" in a for a in tp2.assumptions)
     assert not any("towers" in a for a in tp2_text.assumptions)
 
 
@@ -130,3 +130,40 @@ def test_a_folders_tower_tensors_are_the_towers_not_text_layers() -> None:
     assert param_tower_bytes(half, None, 2.0) == pytest.approx(vision + audio)
     assert param_tower_bytes(half, {"audio": 0}, 2.0) == pytest.approx(vision)
     assert unmodelled_tower_assumptions(spec, {"image": 0, "video": 0, "audio": 0}) == []
+
+
+def test_the_encoder_pass_is_the_position_one_hot_of_a_chunk() -> None:
+    """gemma4_mm.py's profile: 32-frame dummy videos (the most tokens per item: 32 x 78) in chunks
+    that keep the patch embedder's one-hot, (chunk, 630 patches, 2, 10,240) int64 and its cast,
+    within min(free / 2, total / 10); a GPU of 79.19 GiB takes 41 of the 3 videos' 96 frames."""
+    spec = spec_from_config(_multimodal(vision_config={}, audio_config={}), "g")
+    settings = Settings(max_model_len=8192)
+    used = 12 * (1 << 30)
+    profile = gemma4_encoder_profile(spec, settings, (8192, 8192, 256), H100, used, 2.0)
+    assert profile is not None and (profile.modality, profile.items, profile.patches_per_item) == ("video", 3, 630)
+    chunk = int(79.19 * (1 << 30) / 10 // (630 * 4 * 10240 * 8))
+    assert chunk == 41
+    inputs = 96 * 630 * (3 * 16 * 16 * 6 + 768 * 2)
+    assert profile.peak_bytes == pytest.approx(chunk * 630 * 2 * 10240 * 10 + inputs)
+    assert profile.cache_bytes == 3 * 32 * 78 * 2304 * 2
+    # A small GPU chunks by half its free memory instead.
+    small = Device("L4", 22.03, "cuda", 8, None, 89)
+    tight = gemma4_encoder_profile(spec, settings, (8192, 8192, 256), small, 15 * (1 << 30), 2.0)
+    assert tight is not None and tight.peak_bytes < profile.peak_bytes
+    # Videos off: images of 280 soft tokens (2,520 patches), but the audio tower has more tokens:
+    # not modelled; without audio, the images' pass.
+    assert (
+        gemma4_encoder_profile(spec, Settings(limit_mm_per_prompt={"video": 0}), (8192, 8192, 256), H100, used, 2)
+        is None
+    )
+    images = gemma4_encoder_profile(
+        spec, Settings(limit_mm_per_prompt={"video": 0, "audio": 0}), (8192, 8192, 256), H100, used, 2.0
+    )
+    assert images is not None and (images.modality, images.items, images.patches_per_item) == ("image", 29, 2520)
+    # The estimate's activation holds the larger of the pass and the LM's own peak with the cache.
+    est = estimate(spec, H100, settings)
+    text = estimate(spec_from_config(BASE, "g"), H100, settings)
+    assert est.ranks[0].activation_gib > text.ranks[0].activation_gib
+    assert estimate(spec, H100, Settings(max_model_len=8192, skip_mm_profiling=True)).ranks[0].activation_gib == (
+        pytest.approx(text.ranks[0].activation_gib)
+    )

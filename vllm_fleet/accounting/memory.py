@@ -72,6 +72,7 @@ from vllm_fleet.accounting.towers import (
     _mm_parts,
     _vision,
     _vision_weight_bytes,
+    gemma4_encoder_profile,
     param_tower_bytes,
     unmodelled_tower_assumptions,
 )
@@ -583,6 +584,9 @@ def _estimate(
                 # through the LM dummy forward and the dummy sampler.
                 act = max(profile.peak_bytes, profile.cache_bytes + act)
         nt_in, nt_out = _non_torch_bytes(tp, pp, dev, acct, nvlink, moe)
+        if vision is None and spec.gemma4_vision and acct.engine == "v1":
+            profile = gemma4_encoder_profile(spec, settings, (mml, tokens, seqs), dev, weights + nt_in + nt_out, db)
+            act = max(profile.peak_bytes, profile.cache_bytes + act) if profile is not None else act
         graphs = _cuda_graph_bytes(
             spec, layers, seqs, tokens, settings, dev, query_len, draft_kv, options.lora_graph_cases(settings)
         )

@@ -6,6 +6,7 @@ Pure Python, no torch or vLLM import.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +20,7 @@ from vllm_fleet.accounting.multimodal import (
     VisionSpec,
     vision_weight_elements,
 )
-from vllm_fleet.accounting.settings import Settings
+from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.model.spec import (
     ModelSpec,
 )
@@ -132,14 +133,71 @@ def unmodelled_tower_assumptions(spec: ModelSpec, limits: dict[str, int] | None)
         return []
     if spec.tower_params and not param_tower_bytes(spec, limits, 1.0):
         return []
-    what = (
-        "Gemma 4's vision and audio towers (transformers' Gemma4VisionModel / Gemma4AudioModel and their "
-        "embedders, on every rank)"
-        if spec.config_model_type == "gemma4"
-        else "the vision tower"
-    )
+    if spec.gemma4_vision:
+        return [
+            f"Gemma 4's towers (transformers' Gemma4VisionModel / Gemma4AudioModel and their embedders, on every "
+            f"rank): {spec.vision_params:,} parameters in the weights; vLLM's profile runs its largest dummy items "
+            f"(videos of {GEMMA4_VIDEO_FRAMES} frames unless limited) through the vision tower in chunks sized to "
+            "min(free / 2, total / 10) (gemma4_mm._encoder_chunk), and the chunk's position one-hot is in the "
+            "activation peak; the audio tower's pass, where audio has the most tokens, is not modelled"
+        ]
     return [
-        f"{what}: {spec.vision_params:,} parameters in the weights; the encoder's profiling pass is not modelled "
-        "(vLLM runs it on the largest image, video or audio dummy items before the KV cache is sized, so its "
-        "pool can come out smaller)"
+        f"the vision tower: {spec.vision_params:,} parameters in the weights; the encoder's profiling pass is not "
+        "modelled (vLLM runs it on the largest dummy items before the KV cache is sized, so its pool can come out "
+        "smaller)"
     ]
+
+
+# gemma4_mm.py: a dummy video holds _VIDEO_MAX_FRAMES frames of at most _VIDEO_MAX_SOFT_TOKENS soft
+# tokens, each with boi / eoi and about 6 timestamp tokens (get_mm_max_tokens_per_item).
+GEMMA4_VIDEO_FRAMES = 32
+GEMMA4_VIDEO_SOFT_TOKENS = 70
+GEMMA4_VIDEO_TOKENS = GEMMA4_VIDEO_FRAMES * (GEMMA4_VIDEO_SOFT_TOKENS + 2 + 6)
+
+
+def gemma4_encoder_profile(
+    spec: ModelSpec,
+    settings: Settings,
+    batch: tuple[int, int, int],
+    device: Device,
+    used_bytes: float,
+    db: float,
+) -> EncoderProfile | None:
+    """Gemma 4's encoder pass in vLLM 0.32's profile_run (gemma4_mm.py), None where it is not run or
+    not modelled (the audio tower's, when audio has the most tokens per item).
+
+    The modality with the most tokens per item wins (video: 32 frames x 78 tokens); its dummy items
+    (``_get_max_items``) go through the vision tower in chunks ``_encoder_chunk`` sizes so that the
+    patch embedder's position one-hot, (chunk, patches, 2, position_embedding_size) int64 and its
+    cast, stays within min(free / 2, total / 10): that transient, not the encoder's residual
+    stream, is the peak (vLLM's comment). Items are padded to their soft tokens x pooling^2
+    patches. ``used_bytes``: what the GPU holds when the pass runs (weights, vLLM's non-torch
+    memory, the CUDA context and NCCL); ``batch``: max_model_len, max_num_batched_tokens and
+    max_num_seqs."""
+    max_model_len, max_num_batched_tokens, max_num_seqs = batch
+    if not spec.gemma4_vision or settings.skip_mm_profiling or not param_tower_bytes(spec, None, 1.0):
+        return None
+    patch, pool, positions, hidden, soft, text_hidden = spec.gemma4_vision
+    limits = settings.limit_mm_per_prompt or {}
+    allowed = {m: limits.get(m, DEFAULT_MM_LIMIT) for m in ("image", "video", "audio")}
+    audio = any("audio" in mods for mods, _ in spec.tower_params)
+    per_item = {"image": soft, "video": GEMMA4_VIDEO_TOKENS}
+    modality = max((m for m in per_item if allowed[m] > 0), key=lambda m: per_item[m], default=None)
+    if modality is None or (audio and allowed["audio"] > 0 and modality == "image"):
+        return None  # nothing through the vision tower, or the audio tower's pass (not modelled)
+    tokens = per_item[modality]
+    budget = max(max_num_batched_tokens, tokens)
+    per_prompt = max(1, min(allowed[modality], max_model_len // tokens))
+    items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
+    frames = items * (GEMMA4_VIDEO_FRAMES if modality == "video" else 1)
+    patches = (GEMMA4_VIDEO_SOFT_TOKENS if modality == "video" else soft) * pool * pool
+    total = device.total_gib * GIB
+    room = min(max(total - used_bytes, 0.0) / 2, total / 10)
+    cost = patches * 4 * positions * 8
+    chunk = min(frames, max(1, math.floor(room // cost)))
+    one_hot = chunk * patches * 2 * positions * (8 + db)
+    # The frames' float32 pixel values and their model-dtype copy, and the hidden states kept
+    # until the pooler, around the chunk's transient.
+    peak = one_hot + frames * patches * (3 * patch * patch * (4 + db) + hidden * db)
+    cache = items * tokens * text_hidden * db
+    return EncoderProfile(modality, items, tokens, patches, budget, peak, cache)

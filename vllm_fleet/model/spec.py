@@ -35,6 +35,7 @@ from vllm_fleet.model.families import (
     check_layer_types,
     gemma4_fields,
     gemma4_tower_params,
+    gemma4_vision_dims,
 )
 from vllm_fleet.model.files import (
     _encoder_max_seq_length,
@@ -162,6 +163,8 @@ class ModelSpec:
     # Towers counted by their parameters, with the modalities that build each (Gemma 4: vision for
     # image and video, audio): vLLM skips a tower whose modalities all have limit 0.
     tower_params: tuple[tuple[tuple[str, ...], int], ...] = ()
+    # Gemma 4's vision tower as its encoder profile needs it (families.gemma4_vision_dims).
+    gemma4_vision: tuple[int, ...] = ()
     # Exact bytes from safetensors headers, per part ("embed", "head",
     # "vision", "layer"); None when the model came from the catalog.
     file_bytes: dict[str, int] | None = field(default=None, compare=False)
@@ -411,6 +414,7 @@ def _spec_from_config(
     chunk = 0
     gemma4: dict[str, Any] = {}
     tower_params: tuple[tuple[tuple[str, ...], int], ...] = ()
+    gemma4_vision: tuple[int, ...] = ()
     if model_type in GEMMA4_TYPES:
         gemma4 = gemma4_fields(cfg, source, layers, head_dim, kv_heads)
         layer_types = gemma4.pop("layer_types")
@@ -424,6 +428,7 @@ def _spec_from_config(
             vision_params = vision_tower + audio_tower
             towers = ((("image", "video"), vision_tower), (("audio",), audio_tower))
             tower_params = tuple(t for t in towers if t[1])
+            gemma4_vision = gemma4_vision_dims(top, source, hidden) if vision_tower else ()
     if model_type in ("llama4", "llama4_text"):
         inter, moe_inter, experts, top_k, step, shared, shared_inter, layer_types, chunk = _llama4_text(
             cfg, source, layers
@@ -496,6 +501,7 @@ def _spec_from_config(
         quant=quant,
         vision_params=vision_params,
         tower_params=tower_params,
+        gemma4_vision=gemma4_vision,
         vision=vision,
         source=source,
         derived_max_model_len=derived,
