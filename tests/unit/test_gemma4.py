@@ -132,20 +132,24 @@ def test_a_folders_tower_tensors_are_the_towers_not_text_layers() -> None:
     assert unmodelled_tower_assumptions(spec, {"image": 0, "video": 0, "audio": 0}) == []
 
 
-def test_the_encoder_pass_is_the_position_one_hot_of_a_chunk() -> None:
-    """gemma4_mm.py's profile: 32-frame dummy videos (the most tokens per item: 32 x 78) in chunks
-    that keep the patch embedder's one-hot, (chunk, 630 patches, 2, 10,240) int64 and its cast,
-    within min(free / 2, total / 10); a GPU of 79.19 GiB takes 41 of the 3 videos' 96 frames."""
+def test_the_encoder_pass_is_a_chunk_of_frames_through_the_tower() -> None:
+    """gemma4_mm.py's profile: 32-frame dummy videos (the most tokens per item: 32 x 78), 224 x 224
+    frames padded to 70 x 9 = 630 patches, in chunks _encoder_chunk sizes to min(free / 2,
+    total / 10) over a one-hot transformers no longer builds (41 of the 3 videos' 96 frames on a
+    79.19 GiB GPU). The peak is the chunk's MLP next to every frame's float32 pixels and the kept
+    hidden states; the cache holds 64 pooled tokens a frame (576 real patches / 9) and the pixels."""
     spec = spec_from_config(_multimodal(vision_config={}, audio_config={}), "g")
     settings = Settings(max_model_len=8192)
     used = 12 * (1 << 30)
     profile = gemma4_encoder_profile(spec, settings, (8192, 8192, 256), H100, used, 2.0)
     assert profile is not None and (profile.modality, profile.items, profile.patches_per_item) == ("video", 3, 630)
-    chunk = int(79.19 * (1 << 30) / 10 // (630 * 4 * 10240 * 8))
-    assert chunk == 41
-    inputs = 96 * 630 * (3 * 16 * 16 * 6 + 768 * 2)
-    assert profile.peak_bytes == pytest.approx(chunk * 630 * 2 * 10240 * 10 + inputs)
-    assert profile.cache_bytes == 3 * 32 * 78 * 2304 * 2
+    chunk = int(79.19 * (1 << 30) / 10 // (630 * 4 * 10240 * 8)) * 630
+    assert chunk == 41 * 630
+    pixels, states = 96 * 630 * 768 * 4, 96 * 630 * 768 * 2
+    mlp = chunk * (2 * 768 + 3 * 3072) * 2
+    assert profile.peak_bytes == pytest.approx(pixels + states + mlp)
+    assert profile.peak_bytes < 0.8 * (1 << 30)
+    assert profile.cache_bytes == 3 * 32 * 64 * 2304 * 2 + pixels
     # A small GPU chunks by half its free memory instead.
     small = Device("L4", 22.03, "cuda", 8, None, 89)
     tight = gemma4_encoder_profile(spec, settings, (8192, 8192, 256), small, 15 * (1 << 30), 2.0)
@@ -160,6 +164,8 @@ def test_the_encoder_pass_is_the_position_one_hot_of_a_chunk() -> None:
         spec, Settings(limit_mm_per_prompt={"video": 0, "audio": 0}), (8192, 8192, 256), H100, used, 2.0
     )
     assert images is not None and (images.modality, images.items, images.patches_per_item) == ("image", 29, 2520)
+    # 256 of an image's 280 soft tokens are real (2,304 of 2,520 patches) and kept.
+    assert images.cache_bytes == 29 * 256 * 2304 * 2 + 29 * 2520 * 768 * 4
     # The estimate's activation holds the larger of the pass and the LM's own peak with the cache.
     est = estimate(spec, H100, settings)
     text = estimate(spec_from_config(BASE, "g"), H100, settings)

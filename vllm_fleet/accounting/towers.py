@@ -137,9 +137,10 @@ def unmodelled_tower_assumptions(spec: ModelSpec, limits: dict[str, int] | None)
         return [
             f"Gemma 4's towers (transformers' Gemma4VisionModel / Gemma4AudioModel and their embedders, on every "
             f"rank): {spec.vision_params:,} parameters in the weights; vLLM's profile runs its largest dummy items "
-            f"(videos of {GEMMA4_VIDEO_FRAMES} frames unless limited) through the vision tower in chunks sized to "
-            "min(free / 2, total / 10) (gemma4_mm._encoder_chunk), and the chunk's position one-hot is in the "
-            "activation peak; the audio tower's pass, where audio has the most tokens, is not modelled"
+            f"(videos of {GEMMA4_VIDEO_FRAMES} frames unless limited) through the vision tower in chunks "
+            "(gemma4_mm._encoder_chunk): a chunk's encoder activations, the items' pixel values and hidden states "
+            "are in the activation peak, approximated from the code; the audio tower's pass, where audio has the "
+            "most tokens, and --limit-mm-per-prompt's num_frames are not modelled"
         ]
     return [
         f"the vision tower: {spec.vision_params:,} parameters in the weights; the encoder's profiling pass is not "
@@ -153,6 +154,19 @@ def unmodelled_tower_assumptions(spec: ModelSpec, limits: dict[str, int] | None)
 GEMMA4_VIDEO_FRAMES = 32
 GEMMA4_VIDEO_SOFT_TOKENS = 70
 GEMMA4_VIDEO_TOKENS = GEMMA4_VIDEO_FRAMES * (GEMMA4_VIDEO_SOFT_TOKENS + 2 + 6)
+# Gemma4DummyInputsBuilder: the image processor has no size, so dummy images and frames are 224 x 224.
+GEMMA4_DUMMY_SIDE = 224
+
+
+def _gemma4_soft_tokens(patch: int, pool: int, soft: int, side: int = GEMMA4_DUMMY_SIDE) -> tuple[int, int]:
+    """(patches, soft tokens) of a ``side`` x ``side`` dummy image at ``soft`` soft tokens at most
+    (``Gemma4ProcessingInfo._compute_num_soft_tokens``): resized to the most patches that fit
+    soft x pool^2, in units of patch x pool."""
+    unit = patch * pool
+    scale = math.sqrt(soft * pool * pool / ((side / patch) * (side / patch)))
+    target = max(unit, math.floor(side * scale / unit) * unit)
+    patches = (target // patch) ** 2
+    return patches, min(patches // (pool * pool), soft)
 
 
 def gemma4_encoder_profile(
@@ -167,17 +181,19 @@ def gemma4_encoder_profile(
     not modelled (the audio tower's, when audio has the most tokens per item).
 
     The modality with the most tokens per item wins (video: 32 frames x 78 tokens); its dummy items
-    (``_get_max_items``) go through the vision tower in chunks ``_encoder_chunk`` sizes so that the
-    patch embedder's position one-hot, (chunk, patches, 2, position_embedding_size) int64 and its
-    cast, stays within min(free / 2, total / 10): that transient, not the encoder's residual
-    stream, is the peak (vLLM's comment). Items are padded to their soft tokens x pooling^2
-    patches. ``used_bytes``: what the GPU holds when the pass runs (weights, vLLM's non-torch
-    memory, the CUDA context and NCCL); ``batch``: max_model_len, max_num_batched_tokens and
-    max_num_seqs."""
+    (``_get_max_items``, 224 x 224 images or frames) reach the vision tower padded to soft tokens x
+    pooling^2 patches, in chunks ``_encoder_chunk`` sizes to min(free / 2, total / 10) over a
+    position one-hot that transformers no longer builds (its patch embedder looks the positions
+    up): a chunk costs its patch embedder's temporaries or an encoder block's MLP, whichever is
+    larger, next to the float32 pixel values of every item and the hidden states of the chunks
+    done (twice those while they are concatenated). The pooled states left after the padding is
+    stripped stay in the encoder cache, and the pixel values stay referenced, through the LM's
+    dummy run. An approximation from the code (no log separates it). ``used_bytes``: what the GPU
+    holds when the pass runs; ``batch``: max_model_len, max_num_batched_tokens, max_num_seqs."""
     max_model_len, max_num_batched_tokens, max_num_seqs = batch
     if not spec.gemma4_vision or settings.skip_mm_profiling or not param_tower_bytes(spec, None, 1.0):
         return None
-    patch, pool, positions, hidden, soft, text_hidden = spec.gemma4_vision
+    patch, pool, positions, hidden, inter, soft, text_hidden = spec.gemma4_vision
     limits = settings.limit_mm_per_prompt or {}
     allowed = {m: limits.get(m, DEFAULT_MM_LIMIT) for m in ("image", "video", "audio")}
     audio = any("audio" in mods for mods, _ in spec.tower_params)
@@ -189,15 +205,19 @@ def gemma4_encoder_profile(
     budget = max(max_num_batched_tokens, tokens)
     per_prompt = max(1, min(allowed[modality], max_model_len // tokens))
     items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
-    frames = items * (GEMMA4_VIDEO_FRAMES if modality == "video" else 1)
-    patches = (GEMMA4_VIDEO_SOFT_TOKENS if modality == "video" else soft) * pool * pool
+    video = modality == "video"
+    frames = items * (GEMMA4_VIDEO_FRAMES if video else 1)
+    item_soft = GEMMA4_VIDEO_SOFT_TOKENS if video else soft
+    patches = item_soft * pool * pool  # padded
+    kept = _gemma4_soft_tokens(patch, pool, item_soft)[1] * (GEMMA4_VIDEO_FRAMES if video else 1)
     total = device.total_gib * GIB
     room = min(max(total - used_bytes, 0.0) / 2, total / 10)
-    cost = patches * 4 * positions * 8
-    chunk = min(frames, max(1, math.floor(room // cost)))
-    one_hot = chunk * patches * 2 * positions * (8 + db)
-    # The frames' float32 pixel values and their model-dtype copy, and the hidden states kept
-    # until the pooler, around the chunk's transient.
-    peak = one_hot + frames * patches * (3 * patch * patch * (4 + db) + hidden * db)
-    cache = items * tokens * text_hidden * db
+    chunk = min(frames, max(1, math.floor(room // (patches * 4 * positions * 8)))) * patches
+    pixel_width = 3 * patch * patch
+    embedder = chunk * (pixel_width * (4 + db) + 5 * hidden * db)  # 2(x - 0.5), its cast, input_proj, x/y/sum
+    block = chunk * (2 * hidden + 3 * inter) * db  # residual and normed input, the MLP's gate, up and product
+    pixels = frames * patches * pixel_width * 4
+    states = frames * patches * hidden * db
+    peak = pixels + max(states + max(embedder, block), 2 * states)
+    cache = items * kept * text_hidden * db + pixels
     return EncoderProfile(modality, items, tokens, patches, budget, peak, cache)

@@ -398,19 +398,21 @@ def gemma4_tower_params(cfg: Mapping[str, Any], source: str, text_hidden: int) -
     return vision, audio
 
 
-def gemma4_vision_dims(cfg: Mapping[str, Any], source: str, text_hidden: int) -> tuple[int, int, int, int, int, int]:
-    """What vLLM 0.32's Gemma 4 encoder profile depends on (gemma4_mm.py): the vision tower's
-    patch_size, pooling_kernel_size, position_embedding_size and hidden_size, the image's soft
-    tokens (``default_output_length``; 280 where the config has none) and the text hidden size."""
+def gemma4_vision_dims(cfg: Mapping[str, Any], source: str, text_hidden: int) -> tuple[int, ...]:
+    """What vLLM 0.32's Gemma 4 encoder pass depends on (gemma4_mm.py): the vision tower's
+    patch_size, pooling_kernel_size, position_embedding_size, hidden_size and intermediate_size,
+    the image's soft tokens (``default_output_length``; 280 where the config has none) and the
+    text hidden size."""
     vision_cfg = cfg.get("vision_config")
     if not isinstance(vision_cfg, Mapping):
-        return (0, 0, 0, 0, 0, 0)
+        return ()
     where = f"{source}:vision_config"
     return (
         _int(vision_cfg, where, "patch_size", default=16, minimum=1, maximum=1 << 10),
         _int(vision_cfg, where, "pooling_kernel_size", default=3, minimum=1, maximum=64),
         _int(vision_cfg, where, "position_embedding_size", default=10240, minimum=1, maximum=1 << 24),
         _int(vision_cfg, where, "hidden_size", default=768, minimum=1, maximum=1 << 20),
+        _int(vision_cfg, where, "intermediate_size", default=3072, minimum=1, maximum=1 << 22),
         _int(vision_cfg, where, "default_output_length", default=280, minimum=1, maximum=1 << 20),
         text_hidden,
     )
