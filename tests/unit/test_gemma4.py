@@ -10,7 +10,7 @@ import pytest
 
 from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
-from vllm_fleet.accounting.towers import gemma4_encoder_profile, param_tower_bytes, unmodelled_tower_assumptions
+from vllm_fleet.accounting.towers import gemma4_encoder_profile, param_tower_assumptions, param_tower_bytes
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.files import _classify
 from vllm_fleet.model.spec import spec_from_config
@@ -129,7 +129,7 @@ def test_a_folders_tower_tensors_are_the_towers_not_text_layers() -> None:
     half = replace(spec, file_bytes={"vision": vision + audio})  # the towers at 1 byte a weight
     assert param_tower_bytes(half, None, 2.0) == pytest.approx(vision + audio)
     assert param_tower_bytes(half, {"audio": 0}, 2.0) == pytest.approx(vision)
-    assert unmodelled_tower_assumptions(spec, {"image": 0, "video": 0, "audio": 0}) == []
+    assert param_tower_assumptions(spec, {"image": 0, "video": 0, "audio": 0}) == []
 
 
 def test_the_encoder_pass_is_a_chunk_of_frames_through_the_tower() -> None:

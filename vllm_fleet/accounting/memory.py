@@ -73,8 +73,8 @@ from vllm_fleet.accounting.towers import (
     _vision,
     _vision_weight_bytes,
     gemma4_encoder_profile,
+    param_tower_assumptions,
     param_tower_bytes,
-    unmodelled_tower_assumptions,
 )
 from vllm_fleet.accounting.weights_format import weights_format
 from vllm_fleet.errors import PlanError
@@ -724,7 +724,7 @@ def _estimate(
     mm_assumptions = (
         _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode)
         if vision is not None
-        else unmodelled_tower_assumptions(spec, settings.limit_mm_per_prompt)
+        else param_tower_assumptions(spec, settings.limit_mm_per_prompt)
     )
     if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
         notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")

@@ -125,10 +125,10 @@ def param_tower_bytes(spec: ModelSpec, limits: dict[str, int] | None, db: float)
     return built * db * (found / (everything * db) if found and everything else 1.0)
 
 
-def unmodelled_tower_assumptions(spec: ModelSpec, limits: dict[str, int] | None) -> list[str]:
-    """One line for towers counted by their parameters alone (``vision_params``: Gemma 4's vision
-    and audio towers, a catalog's tower size), whose encoder profile the planner does not model;
-    none when the limits leave no tower built."""
+def param_tower_assumptions(spec: ModelSpec, limits: dict[str, int] | None) -> list[str]:
+    """One line for towers counted by their parameters (``vision_params``: Gemma 4's vision and
+    audio towers, whose encoder pass gemma4_encoder_profile approximates; a catalog's tower size,
+    whose pass is not modelled); none when the limits leave no tower built."""
     if spec.vision is not None or not spec.vision_params:
         return []
     if spec.tower_params and not param_tower_bytes(spec, limits, 1.0):

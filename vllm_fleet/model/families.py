@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.values import (
@@ -362,20 +362,14 @@ def gemma4_tower_params(cfg: Mapping[str, Any], source: str, text_hidden: int) -
     blocks with two norms each, q/k/v/post and the relative-position key projection with a
     per-dim scale, the light convolution (linear in to 2x, depthwise of conv_kernel_size, linear
     out, two norms) and three norms; the output projection (with bias) to output_proj_dims."""
-    vision_cfg = cfg.get("vision_config")
+    v = gemma4_vision(cfg, source)
     vision = 0
-    if isinstance(vision_cfg, Mapping):
-        where = f"{source}:vision_config"
-        h = _int(vision_cfg, where, "hidden_size", default=768, minimum=1, maximum=1 << 20)
-        inter = _int(vision_cfg, where, "intermediate_size", default=3072, minimum=1, maximum=1 << 22)
-        depth = _int(vision_cfg, where, "num_hidden_layers", default=16, maximum=MAX_LAYERS)
-        heads = _int(vision_cfg, where, "num_attention_heads", default=12, minimum=1, maximum=1 << 12)
-        kv = _int(vision_cfg, where, "num_key_value_heads", default=heads, minimum=1, maximum=1 << 12)
-        hd = _int(vision_cfg, where, "head_dim", default=64, minimum=1, maximum=1 << 12)
-        patch = _int(vision_cfg, where, "patch_size", default=16, minimum=1, maximum=1 << 10)
-        positions = _int(vision_cfg, where, "position_embedding_size", default=10240, maximum=1 << 24)
-        layer = 2 * h * heads * hd + 2 * h * kv * hd + 2 * hd + 3 * h * inter + 4 * h
-        vision = 2 * positions * h + 3 * patch * patch * h + depth * layer + h * text_hidden
+    if v is not None:
+        layer = 2 * v.hidden * v.heads * v.head_dim + 2 * v.hidden * v.kv_heads * v.head_dim + 2 * v.head_dim
+        layer += 3 * v.hidden * v.intermediate + 4 * v.hidden
+        vision = (
+            2 * v.positions * v.hidden + 3 * v.patch * v.patch * v.hidden + v.depth * layer + v.hidden * text_hidden
+        )
     audio_cfg = cfg.get("audio_config")
     audio = 0
     if isinstance(audio_cfg, Mapping):
@@ -398,21 +392,48 @@ def gemma4_tower_params(cfg: Mapping[str, Any], source: str, text_hidden: int) -
     return vision, audio
 
 
-def gemma4_vision_dims(cfg: Mapping[str, Any], source: str, text_hidden: int) -> tuple[int, ...]:
-    """What vLLM 0.32's Gemma 4 encoder pass depends on (gemma4_mm.py): the vision tower's
-    patch_size, pooling_kernel_size, position_embedding_size, hidden_size and intermediate_size,
-    the image's soft tokens (``default_output_length``; 280 where the config has none) and the
-    text hidden size."""
+class Gemma4Vision(NamedTuple):
+    """Gemma 4's vision_config as transformers' Gemma4VisionConfig reads it (its defaults where unset;
+    ``default_output_length``, the image's soft tokens, 280 where the config has none)."""
+
+    patch: int
+    pool: int
+    positions: int
+    hidden: int
+    intermediate: int
+    soft_tokens: int
+    depth: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def gemma4_vision(cfg: Mapping[str, Any], source: str) -> Gemma4Vision | None:
+    """The vision tower of a Gemma 4 config (``vision_config``), None without one."""
     vision_cfg = cfg.get("vision_config")
     if not isinstance(vision_cfg, Mapping):
-        return ()
+        return None
     where = f"{source}:vision_config"
-    return (
-        _int(vision_cfg, where, "patch_size", default=16, minimum=1, maximum=1 << 10),
-        _int(vision_cfg, where, "pooling_kernel_size", default=3, minimum=1, maximum=64),
-        _int(vision_cfg, where, "position_embedding_size", default=10240, minimum=1, maximum=1 << 24),
-        _int(vision_cfg, where, "hidden_size", default=768, minimum=1, maximum=1 << 20),
-        _int(vision_cfg, where, "intermediate_size", default=3072, minimum=1, maximum=1 << 22),
-        _int(vision_cfg, where, "default_output_length", default=280, minimum=1, maximum=1 << 20),
-        text_hidden,
+    heads = _int(vision_cfg, where, "num_attention_heads", default=12, minimum=1, maximum=1 << 12)
+    return Gemma4Vision(
+        patch=_int(vision_cfg, where, "patch_size", default=16, minimum=1, maximum=1 << 10),
+        pool=_int(vision_cfg, where, "pooling_kernel_size", default=3, minimum=1, maximum=64),
+        positions=_int(vision_cfg, where, "position_embedding_size", default=10240, minimum=1, maximum=1 << 24),
+        hidden=_int(vision_cfg, where, "hidden_size", default=768, minimum=1, maximum=1 << 20),
+        intermediate=_int(vision_cfg, where, "intermediate_size", default=3072, minimum=1, maximum=1 << 22),
+        soft_tokens=_int(vision_cfg, where, "default_output_length", default=280, minimum=1, maximum=1 << 20),
+        depth=_int(vision_cfg, where, "num_hidden_layers", default=16, maximum=MAX_LAYERS),
+        heads=heads,
+        kv_heads=_int(vision_cfg, where, "num_key_value_heads", default=heads, minimum=1, maximum=1 << 12),
+        head_dim=_int(vision_cfg, where, "head_dim", default=64, minimum=1, maximum=1 << 12),
     )
+
+
+def gemma4_vision_dims(cfg: Mapping[str, Any], source: str, text_hidden: int) -> tuple[int, ...]:
+    """What vLLM 0.32's Gemma 4 encoder pass depends on (gemma4_mm.py): the vision tower's patch,
+    pooling, position table, hidden and intermediate sizes, the image's soft tokens and the text
+    hidden size; () without a vision tower."""
+    v = gemma4_vision(cfg, source)
+    if v is None:
+        return ()
+    return (v.patch, v.pool, v.positions, v.hidden, v.intermediate, v.soft_tokens, text_hidden)

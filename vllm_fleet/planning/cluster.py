@@ -187,7 +187,7 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         nic_gbps=nic,
         kind=gpu.device if gpu else "cuda",
         arch=gpu.arch if gpu else "hopper",
-        capability=gpu.capability if gpu and gpu.device == "cuda" else None,
+        capability=(gpu.capability or None) if gpu else None,
         unified_memory=unified,
         p2p=gpu.p2p if gpu else True,
         address=_text(data.get("address"), f"{where}.address"),
