@@ -48,13 +48,11 @@ from vllm_fleet.accounting.base import (
     parse_version,
 )
 from vllm_fleet.accounting.kv import (
-    CHUNKED_HYBRID_ENV,
-    _chunked_as_full,
     _kv_layout,
     _kv_parts,
-    _KvLayout,
     _max_len_fit,
     _reported_tokens,
+    llama4_assumptions,
 )
 from vllm_fleet.accounting.multimodal import (
     EncoderProfile,
@@ -759,41 +757,8 @@ def _estimate(
         + mm_assumptions
         + assumptions
         + kv_assumptions
-        + _llama4_assumptions(spec, layout, settings)
+        + llama4_assumptions(spec, layout, settings)
         + unified.assumptions(smallest, settings.vllm_version),
         option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
     return est, min(start_limits) if start_limits else None
-
-
-def _llama4_assumptions(spec: ModelSpec, layout: _KvLayout, settings: Settings) -> list[str]:
-    """One line each for Llama 4's MoE layout and its chunked local attention."""
-    lines: list[str] = []
-    if spec.model_type.startswith("llama4") and spec.is_moe:
-        moe = sum(spec.is_moe_layer(i) for i in range(spec.num_layers))
-        lines.append(
-            f"Llama 4 MoE (Llama4DecoderLayer): {moe} of {spec.num_layers} layers MoE "
-            f"(interleave_moe_layer_step {spec.moe_layer_step}), {spec.num_experts} experts of "
-            f"{spec.moe_intermediate_size} + 1 shared expert, top-{spec.num_experts_per_tok}; "
-            f"dense layers intermediate_size_mlp {spec.intermediate_size}"
-        )
-    chunked = sum(spec.layer_type(i) == "chunked" for i in range(spec.num_layers))
-    if chunked:
-        if any(g.kind == "chunked" for g in layout.groups):
-            how = (
-                f"hold at most attention_chunk_size + {layout.in_flight:,} in-flight tokens per request and "
-                "chunked group (ChunkedLocalAttentionSpec.max_admission_blocks_per_request, hybrid KV cache manager)"
-            )
-        elif _chunked_as_full(spec, settings):
-            how = (
-                f"are allocated as full attention (hybrid KV cache manager off: {CHUNKED_HYBRID_ENV}=0, "
-                "unify_hybrid_kv_cache_specs)"
-            )
-        else:
-            how = "are allocated as full attention (one KV cache group)"
-        lines.append(
-            f"chunked local attention: {chunked} of {spec.num_layers} layers (the RoPE layers) attend within "
-            f"{spec.attention_chunk_size}-token chunks and {how}; CUDA graphs piecewise only "
-            "(the chunked backend supports no full graph)"
-        )
-    return lines
