@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from vllm_fleet.accounting import options
 from vllm_fleet.accounting.memory import Estimate, estimate
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.errors import PlanError
@@ -481,3 +482,26 @@ def test_nemotron_h_puzzle_is_refused_with_its_reason(cfg: dict[str, Any]) -> No
     with pytest.raises(PlanError, match="block_configs") as err:
         spec_from_config(cfg, "puzzle")
     assert "kv_cache_memory_bytes" in err.value.fix
+
+
+def test_lora_on_nemotron_h_follows_its_blocks() -> None:
+    """Nemotron-H's blocks hold one mixer each: LoRA slots on the attention block's linears, the
+    MLP blocks' up / down (not gated: one slice) and the MoE block's experts, in the latent width
+    when there is one, with the two latent projections; none on the Mamba blocks."""
+    lo = options._Lora(1, 8, 1, False, BF16)
+    settings = Settings(max_model_len=4096, enable_lora=True, max_loras=1, max_lora_rank=8)
+    spec = spec_from_config(NEMOTRON_H, "nh")
+    h, inter, experts, e_inter = 256, 512, 4, 64
+    attn = lo.column(h, [4 * 64, 2 * 64, 2 * 64]) + lo.row(4 * 64, h)
+    mlp = lo.column(h, [inter]) + lo.row(inter, h)
+    moe = lo.slots * lo.b * experts * ((8 * h + e_inter * 8) + (8 * e_inter + h * 8)) + lo.replicated(h, experts)
+    layers = list(range(spec.num_layers))
+    assert options.lora_bytes(spec, layers, False, False, 1, 1, settings, BF16) == pytest.approx(attn + 3 * mlp + moe)
+    latent = spec_from_config(dict(NEMOTRON_H, moe_latent_size=64), "nh")
+    k = 64
+    moe_k = lo.slots * lo.b * experts * ((8 * k + e_inter * 8) + (8 * e_inter + k * 8)) + lo.replicated(h, experts)
+    moe_k += lo.replicated(h, k) + lo.replicated(k, h)
+    want = attn + 3 * mlp + moe_k
+    assert options.lora_bytes(latent, layers, False, False, 1, 1, settings, BF16) == pytest.approx(want)
+    (line,) = [a for a in estimate(latent, H100, settings).assumptions if a.startswith("LoRA")]
+    assert "latent width" in line and "Mamba" in line

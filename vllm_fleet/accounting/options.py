@@ -229,7 +229,8 @@ def lora_bytes(
     total = 0.0
     attn = _lora_attention(spec, lo, tp)
     for i in layers:
-        total += attn + _lora_mlp(spec, lo, i, tp, ep)
+        # A hybrid's Mamba / linear-attention layers hold no attention, Nemotron-H's blocks one mixer each.
+        total += (attn if spec.has_attention(i) else 0.0) + (_lora_mlp(spec, lo, i, tp, ep) if spec.has_mlp(i) else 0.0)
     if spec.model_type in LORA_EMBEDDING_MODEL_TYPES:
         v = spec.vocab_size
         if first:
@@ -268,25 +269,32 @@ def _lora_attention(spec: ModelSpec, lo: _Lora, tp: int) -> float:
 
 def _lora_mlp(spec: ModelSpec, lo: _Lora, index: int, tp: int, ep: int) -> float:
     h = spec.hidden_size
+    # Nemotron-H's MLPs and experts are not gated (NemotronHMLP: up_proj, down_proj; FusedMoEWithLoRA
+    # keeps one w13 slice when the MoE is not is_act_and_mul).
+    slices = 1 if spec.model_type == "nemotron_h" else 2
     if not spec.is_moe_layer(index):
         inter = spec.intermediate_size / tp
-        return lo.column(h, [inter, inter]) + lo.row(inter, h)  # gate_up_proj, down_proj
+        return lo.column(h, [inter] * slices) + lo.row(inter, h)  # gate_up_proj (or up_proj), down_proj
+    # A latent MoE's experts run in the latent width (FusedMoEWithLoRA.hidden_size is the MoE's hidden_dim).
+    hm = spec.moe_latent_size or h
     experts_local = spec.num_experts / ep
     inter_p = spec.moe_intermediate_size / (1 if ep > 1 else tp)
     a_rows = lo.rank / tp if lo.full else lo.rank
-    w2_b_rows = h / tp if lo.full else h
+    w2_b_rows = hm / tp if lo.full else hm
     if spec.model_type in LORA_3D_MOE_MODEL_TYPES:
         # FusedMoE3DWithLoRA: one w13 slice, its B of 2 x intermediate.
-        per_expert = a_rows * h + 2 * inter_p * lo.rank
+        per_expert = a_rows * hm + 2 * inter_p * lo.rank
     else:
-        # FusedMoEWithLoRA: w1 and w3 slices, A rank x hidden, B intermediate x rank each.
-        per_expert = 2 * (a_rows * h + inter_p * lo.rank)
+        # FusedMoEWithLoRA: w1 and w3 slices (one, not gated), A rank x hidden, B intermediate x rank each.
+        per_expert = slices * (a_rows * hm + inter_p * lo.rank)
     per_expert += lo.rank * inter_p + w2_b_rows * lo.rank  # w2 A and B
     total = lo.slots * lo.b * experts_local * per_expert
     total += lo.replicated(h, spec.num_experts)  # the router (ReplicatedLinear gate)
+    if spec.moe_latent_size:
+        total += lo.replicated(h, hm) + lo.replicated(hm, h)  # fc1_latent_proj, fc2_latent_proj
     if spec.num_shared_experts:
         shared = spec.shared_expert_intermediate_size / tp
-        total += lo.column(h, [shared, shared]) + lo.row(shared, h)
+        total += lo.column(h, [shared] * slices) + lo.row(shared, h)
     return total
 
 
@@ -380,6 +388,10 @@ def assumptions(spec: ModelSpec, settings: Settings, sd: SpecDecode | None) -> l
         where = "every linear layer (attention, MLP" + (", experts and router" if spec.is_moe else "") + ")"
         if spec.model_type in LORA_EMBEDDING_MODEL_TYPES:
             where += ", embed_tokens and lm_head"
+        if spec.moe_latent_size:
+            where += ", the experts in the latent width and its two projections"
+        if spec.is_hybrid:
+            where += "; the Mamba / linear-attention mixers' linears not counted"
         lines.append(
             f"LoRA (weights.lora_gib): {settings.max_loras} adapter slot(s) x rank {settings.max_lora_rank} "
             f"({settings.lora_dtype}) on {where}, allocated at load "
