@@ -27,6 +27,7 @@ from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
 from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB, Device, Settings
+from vllm_fleet.accounting.unified import estimate_cudagraphs
 from vllm_fleet.deploy import deployment, records
 from vllm_fleet.deploy.rayserve import serve_config
 from vllm_fleet.errors import PlanError, for_cli
@@ -390,6 +391,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         engine=args.engine,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(dict(args.env)),
+        estimate_cudagraphs=estimate_cudagraphs(dict(args.env)),
     )
     # What vLLM itself refuses at start-up (the planner's shorthands such as w4a16 stay
     # allowed here: an estimate may describe a checkpoint by its bytes).

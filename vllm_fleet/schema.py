@@ -184,6 +184,13 @@ class ServingOptions:
         metavar="JSON",
         memory="the encoder profile and cache",
     )
+    language_model_only: bool = opt(
+        False,
+        "--language-model-only",
+        "serve the language model alone: every modality's limit 0, no tower built or profiled",
+        multimodal=True,
+        memory="the towers' weights and encoder profile",
+    )
     mm_max_pixels: int | None = opt(
         None,
         "--mm-processor-kwargs",

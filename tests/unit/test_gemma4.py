@@ -115,6 +115,11 @@ def test_a_tower_whose_modalities_are_all_limited_to_zero_is_not_built() -> None
     assert towers({"image": 0, "video": 0}) == pytest.approx(audio)
     assert towers({"image": 0, "audio": 0}) == pytest.approx(vision)  # video keeps the vision tower
     assert towers({"image": 0, "video": 0, "audio": 0}) == pytest.approx(0)
+    # --language-model-only (MultiModalConfig.get_limit_per_prompt: every limit 0): no tower, rendered as is.
+    lmo = estimate(spec, H100, Settings(max_model_len=8192, language_model_only=True))
+    text = estimate(spec_from_config(BASE, "g"), H100, Settings(max_model_len=8192))
+    assert lmo.weights_gib == pytest.approx(text.weights_gib)
+    assert "--language-model-only" in lmo.option_args and "--limit-mm-per-prompt" not in lmo.option_args
 
 
 def test_a_folders_tower_tensors_are_the_towers_not_text_layers() -> None:
@@ -150,6 +155,14 @@ def test_the_encoder_pass_is_a_chunk_of_frames_through_the_tower() -> None:
     assert profile.peak_bytes == pytest.approx(pixels + states + mlp)
     assert profile.peak_bytes < 0.8 * (1 << 30)
     assert profile.cache_bytes == 3 * 32 * 64 * 2304 * 2 + pixels
+    # --limit-mm-per-prompt's video num_frames (8): videos of 8 x 78 tokens, 13 of them in the
+    # 8,192-token budget, 104 frames; the option is rendered as given.
+    eight = Settings(max_model_len=8192, limit_mm_per_prompt={"video": {"count": 1, "num_frames": 8}})
+    short = gemma4_encoder_profile(spec, eight, (8192, 8192, 256), H100, used, 2.0)
+    assert short is not None and (short.modality, short.items, short.tokens_per_item) == ("video", 13, 8 * 78)
+    assert short.cache_bytes == 13 * 8 * 64 * 2304 * 2 + 104 * 630 * 768 * 4
+    args = estimate(spec, H100, eight).option_args
+    assert args[args.index("--limit-mm-per-prompt") + 1] == '{"video":{"count":1,"num_frames":8}}'
     # A small GPU chunks by half its free memory instead.
     small = Device("L4", 22.03, "cuda", 8, None, 89)
     tight = gemma4_encoder_profile(spec, settings, (8192, 8192, 256), small, 15 * (1 << 30), 2.0)

@@ -5,6 +5,7 @@ profile, and the parts / assumptions the estimate reports."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,10 @@ def test_encoder_profile_dominates_the_activation_and_shrinks_with_the_options()
     assert text_only.parts()["weights.vision_gib"] == 0
     assert text_only.weights_gib == pytest.approx(full.weights_gib - parts["weights.vision_gib"], abs=1e-3)
     assert text_only.kv_cache_gib > skipped.kv_cache_gib
+    # --language-model-only is every modality's limit 0: the same plan, its own reason.
+    lmo = estimate(spec, H100, Settings(max_model_len=32768, language_model_only=True))
+    assert lmo.kv_cache_gib == text_only.kv_cache_gib and lmo.parts()["weights.vision_gib"] == 0
+    assert any("not built, --language-model-only" in a for a in lmo.assumptions)
 
 
 def test_gemma3_profiles_as_many_images_as_the_budget_holds() -> None:
@@ -175,3 +180,18 @@ def test_text_models_are_unchanged_by_the_options() -> None:
     plain = estimate(spec, H100, Settings())
     limited = estimate(spec, H100, Settings(limit_mm_per_prompt={"image": 0}, skip_mm_profiling=True))
     assert plain.kv_cache_gib == limited.kv_cache_gib and plain.assumptions == [] and plain.parts() == {}
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"video": {"count": 1, "fps": 2}}, "video: unknown option 'fps'"),
+        ({"image": {"num_frames": 4}}, "image: unknown option 'num_frames'"),
+        ({"video": {"num_frames": 0}}, "video.num_frames must be a positive integer"),
+        ({"audio": {"length": True}}, "audio.length must be a positive integer"),
+    ],
+)
+def test_dummy_options_vllm_refuses_are_refused(limits: dict[str, Any], message: str) -> None:
+    """vLLM's MultiModalDummyOptions forbid other keys and take positive sizes (pydantic, at load)."""
+    with pytest.raises(PlanError, match=re.escape(message)):
+        Settings(limit_mm_per_prompt=limits).validate()

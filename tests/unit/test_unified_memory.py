@@ -11,9 +11,12 @@ from tests.unit.test_glm5 import GLM5
 from vllm_fleet.accounting.memory import estimate
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.accounting.unified import UMA_HOST_RESERVE_GIB, reads_available, startup_free_bytes
+from vllm_fleet.errors import PlanError
 from vllm_fleet.model.catalog import lookup_gpu, lookup_model
-from vllm_fleet.model.spec import spec_from_config
-from vllm_fleet.planning.cluster import node_from_dict
+from vllm_fleet.model.spec import load_model, spec_from_config
+from vllm_fleet.planning.cluster import cluster_from_data, node_from_dict
+from vllm_fleet.planning.strategy import Wishes, plan_cluster
+from vllm_fleet.planning.table import render_estimate
 
 GB10 = Device("GB10", 121.69, "cuda", 12, None, 121, True)
 THOR = Device("Thor", 122.0, "cuda", 11, None, 110, True)
@@ -121,3 +124,56 @@ def test_an_rtx_pro_6000_is_not_sm10x() -> None:
     settings = Settings(max_model_len=8192)
     assert not any("fp8 KV cache" in n for n in estimate(spec, pro, settings).notes)
     assert any("fp8 KV cache" in n for n in estimate(spec, b200, settings).notes)
+
+
+def test_the_graph_estimate_is_off_on_unified_memory_and_the_launch_says_so() -> None:
+    """vLLM 0.21+ subtracts a CUDA graph estimate read from cudaMemGetInfo, which goes negative on
+    a GB10 (vllm-project/vllm #44740): the fleet starts vLLM there with the estimate off, plans the
+    pool without it and renders the variable; a discrete GPU keeps vLLM's default."""
+    spec = _qwen3_8b()
+    off = estimate(spec, GB10, Settings(max_model_len=8192))
+    on = estimate(spec, GB10, Settings(max_model_len=8192, estimate_cudagraphs=True))
+    graphs = off.ranks[0].cuda_graph_gib
+    assert graphs > 0
+    assert off.launch_env == {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"} and on.launch_env == {}
+    assert "start vLLM with: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in render_estimate(off)
+    # The same budget, the pool larger by the graphs' estimate.
+    assert off.ranks[0].available_kv_gib - on.ranks[0].available_kv_gib == pytest.approx(graphs)
+    assert any(
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in a and "on top of the budget" in a for a in off.assumptions
+    )
+    assert any("=1" in a and "larger than planned" in a for a in on.assumptions)
+    h100 = estimate(spec, H100, Settings(max_model_len=8192))
+    assert h100.launch_env == {} and not any("ESTIMATE_CUDAGRAPHS" in a for a in h100.assumptions)
+    # Releases before 0.21 capture the graphs outside the budget anyway: nothing to set.
+    old = estimate(spec, GB10, Settings(max_model_len=8192, vllm_version="0.20.0"))
+    assert old.launch_env == {} and old.ranks[0].available_kv_gib == pytest.approx(off.ranks[0].available_kv_gib)
+
+
+def test_the_plan_renders_it_and_the_operators_value_wins() -> None:
+    cluster = cluster_from_data({"nodes": [{"name": "spark1", "gpu": "GB10", "gpu_count": 1}]})
+    spec = load_model("Qwen/Qwen3-8B")
+    (inst,) = plan_cluster(spec, cluster, Wishes(max_model_len=8192))["instances"]
+    assert inst["env"]["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"] == "0"
+    # Set by the operator (vllm_fleet_extra_env), the plan accounts for it and renders nothing of its own.
+    asked = Wishes(max_model_len=8192, extra_env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "1"})
+    (inst1,) = plan_cluster(spec, cluster, asked)["instances"]
+    assert "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" not in inst1["env"]
+    assert inst1["memory"]["ranks"][0]["available_kv_gib"] < inst["memory"]["ranks"][0]["available_kv_gib"]
+    with pytest.raises(PlanError, match="VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"):
+        plan_cluster(
+            spec, cluster, Wishes(max_model_len=8192, extra_env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "yes"})
+        )
+
+
+def test_two_sparks_at_tp2_keep_no_custom_all_reduce() -> None:
+    """A TP=2 pair across two single-GPU nodes: CustomAllreduce turns itself off across nodes, so
+    the plan keeps no IPC buffers and says so (it said "kept (two GPUs)")."""
+    nodes = [{"name": f"spark{i}", "gpu": "GB10", "gpu_count": 1} for i in (1, 2)]
+    cluster = cluster_from_data({"nodes": nodes})
+    wishes = Wishes(max_model_len=8192, tensor_parallel_size=2, allow_cross_node_tp=True)
+    (inst,) = plan_cluster(load_model("Qwen/Qwen3-8B"), cluster, wishes)["instances"]
+    assert inst["tensor_parallel_size"] == 2 and len(inst["nodes"]) == 2
+    lines = inst["memory"]["assumptions"]
+    assert any("custom all-reduce off" in a and "two nodes" in a for a in lines), lines
+    assert not any("custom all-reduce kept" in a for a in lines)

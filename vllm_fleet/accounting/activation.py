@@ -308,6 +308,10 @@ def _moe_assumptions(
         if tp > 2:
             state = "off (CustomAllreduce: more than two PCIe-only GPUs)"
         else:
-            state = "kept (two GPUs)" if device.p2p else f"off ({device.name}: no peer-to-peer access, _can_p2p)"
+            state = (
+                "kept (two GPUs)"
+                if device.p2p
+                else "off (no peer-to-peer access between the two GPUs: a GeForce pair, or two nodes; _can_p2p)"
+            )
         lines.append(f"PCIe without NVLink: custom all-reduce {state}; NCCL buffers outside the budget")
     return lines

@@ -150,6 +150,8 @@ class Estimate:
     # The vllm serve flags of the declared options planned with (schema.serve_args: LoRA,
     # --speculative-config, --enforce-eager...), rendered into the plan's argv.
     option_args: list[str] = field(default_factory=list)
+    # The environment this accounting needs vLLM to start with (unified.launch_env).
+    launch_env: dict[str, str] = field(default_factory=dict)
 
     def _worst(self, key: str) -> float:
         return max(float(getattr(r, key)) for r in self.ranks)
@@ -220,6 +222,8 @@ class Estimate:
         data["assumptions"] = self.assumptions
         if self.option_args:
             data["option_args"] = self.option_args
+        if self.launch_env:
+            data["launch_env"] = self.launch_env
         data["ranks"] = [r.to_dict() for r in self.ranks]
         return data
 
@@ -505,7 +509,7 @@ def _estimate(
         block = 16
     ratios = _file_ratios(spec, quant, db)
     vision = _vision(spec, settings)
-    loaded = vision is not None and tower_loaded(vision, settings.limit_mm_per_prompt)
+    loaded = vision is not None and tower_loaded(vision, settings.mm_limits)
     data_mode = vision is not None and settings.mm_encoder_tp_mode == "data" and vision.supports_encoder_tp_data
     sd = options.resolve_speculative(spec, settings)
     lora_head = settings.enable_lora and spec.model_type in options.LORA_EMBEDDING_MODEL_TYPES
@@ -524,6 +528,7 @@ def _estimate(
     block = layout.block
     draft_ids = list(range(spec.num_layers, spec.num_layers + pooled_drafts))
 
+    graphs_on = unified.graphs_in_budget(acct.graphs_in_budget, stage_devices, settings.estimate_cudagraphs)
     stage_info: list[dict[str, Any]] = []
     start = 0
     for stage, count in enumerate(partition):
@@ -536,7 +541,7 @@ def _estimate(
             # vLLM builds the tower on every PP rank (the model classes have no PP check).
             parts.vision = _vision_weight_bytes(spec, vision, tp, db, data_mode) if loaded else 0.0
         elif spec.tower_params and parts.vision:
-            parts.vision = param_tower_bytes(spec, settings.limit_mm_per_prompt, db)
+            parts.vision = param_tower_bytes(spec, settings.mm_limits, db)
         weights = (
             parts.embed * ratios.get("embed", 1.0)
             + parts.head * ratios.get("head", 1.0)
@@ -569,7 +574,7 @@ def _estimate(
         if vision is not None and loaded and not settings.skip_mm_profiling and acct.engine == "v1":
             profile = encoder_profile(
                 vision,
-                limits=settings.limit_mm_per_prompt,
+                limits=settings.mm_limits,
                 max_model_len=mml,
                 max_num_batched_tokens=tokens,
                 max_num_seqs=seqs,
@@ -589,7 +594,7 @@ def _estimate(
             spec, layers, seqs, tokens, settings, dev, query_len, draft_kv, options.lora_graph_cases(settings)
         )
         budget = dev.total_gib * GIB * settings.utilization
-        available = budget - weights - act - nt_in - (graphs if acct.graphs_in_budget else 0.0)
+        available = budget - weights - act - nt_in - (graphs if graphs_on else 0.0)
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
         per_block = layout.bytes_per_block(layers + (draft_ids if last else []))
@@ -722,9 +727,9 @@ def _estimate(
     mm_assumptions = (
         _mm_assumptions(vision, settings, stage_info, loaded, tp, data_mode)
         if vision is not None
-        else param_tower_assumptions(spec, settings.limit_mm_per_prompt)
+        else param_tower_assumptions(spec, settings.mm_limits)
     )
-    if acct.graphs_in_budget is False and any(s["graphs"] > 0 for s in stage_info):
+    if not graphs_on and any(s["graphs"] > 0 for s in stage_info):
         notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")
     assumptions = options.assumptions(spec, settings, sd)
     est = Estimate(
@@ -758,7 +763,12 @@ def _estimate(
         + assumptions
         + kv_assumptions
         + llama4_assumptions(spec, layout, settings)
-        + unified.assumptions(smallest, settings.vllm_version),
+        + unified.assumptions(
+            smallest,
+            settings.vllm_version,
+            unified.graphs_assumption(acct.graphs_in_budget, graphs_on, max(s["graphs"] for s in stage_info) / GIB),
+        ),
+        launch_env=unified.launch_env(acct.graphs_in_budget, stage_devices, settings.estimate_cudagraphs),
         option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
     return est, min(start_limits) if start_limits else None

@@ -461,14 +461,34 @@ def _block_elements(v: VisionSpec, shard: int) -> float:
     return max(attn, mlp)
 
 
+# vllm/config/multimodal.py's dummy options per modality (pydantic, extra="forbid": another key
+# stops vLLM at load); any other modality takes a count only.
+MM_DUMMY_KEYS = {
+    "image": ("count", "width", "height"),
+    "video": ("count", "num_frames", "width", "height"),
+    "audio": ("count", "length"),
+}
+
+
 def parse_limits(value: Any, flag: str = "--limit-mm-per-prompt") -> dict[str, int] | None:
-    """``--limit-mm-per-prompt`` JSON ({"image": 0} or {"video": {"count": 1, ...}}) as counts."""
+    """``--limit-mm-per-prompt`` JSON ({"image": 0} or {"video": {"count": 1, ...}}) as counts,
+    checked as vLLM checks it (MultiModalDummyOptions: counts of 0 or more, the other options
+    positive, no other key)."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise PlanError(flag, f"must be a JSON object of modality counts, got {value!r}", 'e.g. {"image": 0}')
     out: dict[str, int] = {}
     for key, item in value.items():
+        if isinstance(item, dict):
+            known = MM_DUMMY_KEYS.get(str(key), ("count",))
+            for name, option in item.items():
+                if name not in known:
+                    raise PlanError(
+                        flag, f"{key}: unknown option {name!r} (vLLM refuses it)", "use " + ", ".join(known)
+                    )
+                if name != "count" and (isinstance(option, bool) or not isinstance(option, int) or option < 1):
+                    raise PlanError(flag, f"{key}.{name} must be a positive integer, got {option!r}", "e.g. 8")
         count = item.get("count", DEFAULT_MM_LIMIT) if isinstance(item, dict) else item
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise PlanError(flag, f"{key}: count must be a non-negative integer, got {count!r}", 'e.g. {"image": 2}')

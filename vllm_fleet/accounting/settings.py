@@ -59,6 +59,23 @@ class Settings(ServingOptions):
     # with 0, VllmConfig.__post_init__ turns the hybrid KV cache manager off for models with
     # chunked local attention (Llama 4), and every layer then keeps the whole sequence.
     chunked_local_attn_hybrid_kv: bool = True
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as the operator's environment sets it; None: unset,
+    # the fleet's default (off on unified memory, vLLM's own elsewhere: unified.graphs_in_budget).
+    estimate_cudagraphs: bool | None = None
+
+    @property
+    def mm_limits(self) -> dict[str, int] | None:
+        """The items per prompt by modality vLLM takes: ``--language-model-only`` makes every one 0
+        (MultiModalConfig.get_limit_per_prompt), else ``--limit-mm-per-prompt``."""
+        if self.language_model_only:
+            return dict.fromkeys(("image", "video", "audio"), 0)
+        return parse_limits(self.limit_mm_per_prompt)
+
+    @property
+    def mm_video_frames(self) -> int | None:
+        """``--limit-mm-per-prompt``'s video num_frames: the frames of a dummy video, at most the model's."""
+        video = (self.limit_mm_per_prompt or {}).get("video")
+        return video.get("num_frames") if isinstance(video, dict) else None
 
     @property
     def utilization(self) -> float:
@@ -82,9 +99,8 @@ class Settings(ServingOptions):
             )
         if self.kv_cache_memory_bytes is not None:
             check_count(self.kv_cache_memory_bytes, "--kv-cache-memory-bytes", 1 << 50)
-        if self.limit_mm_per_prompt is not None:
-            # Normalized once, where vLLM parses it (the dataclass is otherwise frozen).
-            object.__setattr__(self, "limit_mm_per_prompt", parse_limits(self.limit_mm_per_prompt))
+        # Checked as vLLM parses it, and kept as given: its dummy options (num_frames...) are rendered too.
+        parse_limits(self.limit_mm_per_prompt)
         check_count(self.mm_max_pixels, "--mm-processor-kwargs max_pixels", 1 << 36)
         if self.mm_encoder_tp_mode not in ("weights", "data"):
             raise PlanError(

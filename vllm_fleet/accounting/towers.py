@@ -74,12 +74,14 @@ def _mm_assumptions(
     tp: int,
     data_mode: bool,
 ) -> list[str]:
-    limits = settings.limit_mm_per_prompt
+    limits = settings.mm_limits
     if not loaded:
-        return [
-            f"vision tower ({vision.family}): not built, --limit-mm-per-prompt is 0 for "
-            f"{' and '.join(vision.modalities)} (vLLM's _mark_tower_model)"
-        ]
+        why = (
+            "--language-model-only"
+            if settings.language_model_only
+            else f"--limit-mm-per-prompt is 0 for {' and '.join(vision.modalities)}"
+        )
+        return [f"vision tower ({vision.family}): not built, {why} (vLLM's _mark_tower_model)"]
     lines = [
         f"vision tower ({vision.family}, {vision.depth} blocks x {vision.hidden} hidden): "
         + (
@@ -137,10 +139,12 @@ def param_tower_assumptions(spec: ModelSpec, limits: dict[str, int] | None) -> l
         return [
             f"Gemma 4's towers (transformers' Gemma4VisionModel / Gemma4AudioModel and their embedders, on every "
             f"rank): {spec.vision_params:,} parameters in the weights; vLLM's profile runs its largest dummy items "
-            f"(videos of {GEMMA4_VIDEO_FRAMES} frames unless limited) through the vision tower in chunks "
-            "(gemma4_mm._encoder_chunk): a chunk's encoder activations, the items' pixel values and hidden states "
-            "are in the activation peak, approximated from the code; the audio tower's pass, where audio has the "
-            "most tokens, and --limit-mm-per-prompt's num_frames are not modelled"
+            f"(videos of {GEMMA4_VIDEO_FRAMES} frames unless limited or given num_frames) through the vision tower "
+            "in chunks (gemma4_mm._encoder_chunk): a chunk's encoder activations, the items' pixel values and "
+            "hidden states are in the activation peak, approximated from the code; the audio tower's pass, where "
+            "audio has the most tokens, is not modelled; the towers count in the checkpoint's dtype or its files' "
+            "bytes (vLLM quantizes them online with bitsandbytes, torchao or compressed-tensors, or when the vision "
+            "tower's sizes divide by 64, gemma4_mm's tower_quant: not modelled)"
         ]
     return [
         f"the vision tower: {spec.vision_params:,} parameters in the weights; the encoder's profiling pass is not "
@@ -153,7 +157,6 @@ def param_tower_assumptions(spec: ModelSpec, limits: dict[str, int] | None) -> l
 # tokens, each with boi / eoi and about 6 timestamp tokens (get_mm_max_tokens_per_item).
 GEMMA4_VIDEO_FRAMES = 32
 GEMMA4_VIDEO_SOFT_TOKENS = 70
-GEMMA4_VIDEO_TOKENS = GEMMA4_VIDEO_FRAMES * (GEMMA4_VIDEO_SOFT_TOKENS + 2 + 6)
 # Gemma4DummyInputsBuilder: the image processor has no size, so dummy images and frames are 224 x 224.
 GEMMA4_DUMMY_SIDE = 224
 
@@ -194,10 +197,12 @@ def gemma4_encoder_profile(
     if not spec.gemma4_vision or settings.skip_mm_profiling or not param_tower_bytes(spec, None, 1.0):
         return None
     patch, pool, positions, hidden, inter, soft, text_hidden = spec.gemma4_vision
-    limits = settings.limit_mm_per_prompt or {}
+    limits = settings.mm_limits or {}
     allowed = {m: limits.get(m, DEFAULT_MM_LIMIT) for m in ("image", "video", "audio")}
     audio = any("audio" in mods for mods, _ in spec.tower_params)
-    per_item = {"image": soft, "video": GEMMA4_VIDEO_TOKENS}
+    # --limit-mm-per-prompt's video num_frames caps a dummy video's frames and its tokens (get_mm_max_tokens_per_item).
+    video_frames = min(GEMMA4_VIDEO_FRAMES, settings.mm_video_frames or GEMMA4_VIDEO_FRAMES)
+    per_item = {"image": soft, "video": video_frames * (GEMMA4_VIDEO_SOFT_TOKENS + 2 + 6)}
     modality = max((m for m in per_item if allowed[m] > 0), key=lambda m: per_item[m], default=None)
     if modality is None or (audio and allowed["audio"] > 0 and modality == "image"):
         return None  # nothing through the vision tower, or the audio tower's pass (not modelled)
@@ -206,10 +211,10 @@ def gemma4_encoder_profile(
     per_prompt = max(1, min(allowed[modality], max_model_len // tokens))
     items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
     video = modality == "video"
-    frames = items * (GEMMA4_VIDEO_FRAMES if video else 1)
+    frames = items * (video_frames if video else 1)
     item_soft = GEMMA4_VIDEO_SOFT_TOKENS if video else soft
     patches = item_soft * pool * pool  # padded
-    kept = _gemma4_soft_tokens(patch, pool, item_soft)[1] * (GEMMA4_VIDEO_FRAMES if video else 1)
+    kept = _gemma4_soft_tokens(patch, pool, item_soft)[1] * (video_frames if video else 1)
     total = device.total_gib * GIB
     room = min(max(total - used_bytes, 0.0) / 2, total / 10)
     chunk = min(frames, max(1, math.floor(room // (patches * 4 * positions * 8)))) * patches

@@ -26,7 +26,18 @@ which is where vLLM's own GB10 recipe runs (0.85: "GB10's unified memory can't s
 default 0.92", vllm-project/recipes PR #632); a stated ``gpu_free_gib`` (the MemAvailable the
 snapshot reads, less what the host must keep) replaces it.
 
-The KV pool is sized as on a discrete GPU; from 0.28 vLLM's non-KV charge is the drop of that
+From 0.21 vLLM subtracts an estimate of its CUDA graphs' memory from the KV pool
+(``profile_cudagraph_memory``), measured as the drop of ``cudaMemGetInfo``'s free memory across a
+few captures. On unified memory that reading ignores reclaimable memory and goes up as well as
+down while the kernel reclaims the page cache, so the estimate can be negative and the pool grows
+by as much: -4.74 GiB (eugr/spark-vllm-docker PR #200), -10.33 and -35.69 GiB (vllm-project/vllm
+issue #44740, PRs #44745 and #46932 open, 0.32 unchanged) on GB10s, a pool no plan can predict
+that then runs the host out of memory. The fleet starts vLLM with
+``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`` on unified memory (:func:`launch_env`) unless the
+operator's environment sets it: the pool is then the budget less the profiled non-KV memory, and
+the graphs are captured on top of it, out of the host's reserve.
+
+The KV pool is otherwise sized as on a discrete GPU; from 0.28 vLLM's non-KV charge is the drop of that
 free memory from the snapshot to the end of its profile run, so on unified memory whatever the
 host allocates meanwhile (a cold model load's page cache on releases reading MemFree, other
 processes) comes out of the KV pool as well: the plan says so in an assumption.
@@ -37,9 +48,11 @@ Pure Python, no torch or vLLM import.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 from vllm_fleet.accounting.base import GIB, parse_version
 from vllm_fleet.accounting.settings import Device
+from vllm_fleet.errors import PlanError
 
 # What the plan leaves of a unified-memory host outside vLLM's budget, where no free memory is
 # stated: 17.5 GiB, at most 15 % of the host (a 16 GB Jetson keeps 2.3 GiB; see the module
@@ -48,6 +61,41 @@ UMA_HOST_RESERVE_GIB = 17.5
 UMA_HOST_RESERVE_SHARE = 0.15
 # MemorySnapshot.measure's shared_sysmem_device_mem_sms in 0.12 to 0.19: Orin, Thor, Spark.
 _MEMAVAILABLE_CAPABILITIES_0_12 = frozenset({87, 110, 121})
+# vllm/envs.py: whether the CUDA graph estimate comes out of the KV pool ("1" by default from 0.21).
+ESTIMATE_CUDAGRAPHS_ENV = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
+
+
+def estimate_cudagraphs(env: Mapping[str, str]) -> bool | None:
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as vllm/envs.py reads it (``bool(int(value))``),
+    None where unset; a value int() refuses stops vLLM at start-up."""
+    if ESTIMATE_CUDAGRAPHS_ENV not in env:
+        return None
+    value = str(env[ESTIMATE_CUDAGRAPHS_ENV]).strip()
+    try:
+        return bool(int(value))
+    except ValueError as exc:
+        raise PlanError(
+            f"--env {ESTIMATE_CUDAGRAPHS_ENV}", f"{value!r} is not an integer (vLLM reads it with int())", "use 0 or 1"
+        ) from exc
+
+
+def graphs_in_budget(release_default: bool, devices: Sequence[Device], asked: bool | None) -> bool:
+    """Whether vLLM subtracts its CUDA graph estimate from the KV pool of an instance on
+    ``devices``: as the operator's environment asks (``asked``, from 0.21), else off where any GPU
+    has unified memory (the fleet sets :data:`ESTIMATE_CUDAGRAPHS_ENV` to 0 there), else the
+    release's default (``release_default``: on from 0.21)."""
+    if not release_default:
+        return False
+    if asked is not None:
+        return asked
+    return not any(d.unified_memory and d.kind == "cuda" for d in devices)
+
+
+def launch_env(release_default: bool, devices: Sequence[Device], asked: bool | None) -> dict[str, str]:
+    """The environment the accounting of :func:`graphs_in_budget` needs vLLM to start with."""
+    if release_default and asked is None and not graphs_in_budget(release_default, devices, asked):
+        return {ESTIMATE_CUDAGRAPHS_ENV: "0"}
+    return {}
 
 
 def reads_available(device: Device, version: str) -> bool:
@@ -84,8 +132,9 @@ def host_reserve_gib(device: Device) -> float:
     return min(UMA_HOST_RESERVE_GIB, UMA_HOST_RESERVE_SHARE * device.total_gib) if device.unified_memory else 0.0
 
 
-def assumptions(device: Device, version: str) -> list[str]:
-    """One line saying how the plan reads ``device``'s unified memory under ``version``."""
+def assumptions(device: Device, version: str, graphs: str = "") -> list[str]:
+    """One line saying how the plan reads ``device``'s unified memory under ``version``;
+    ``graphs``: what the launch does with vLLM's CUDA graph estimate there."""
     if not device.unified_memory or device.kind != "cuda":
         return []
     held = (
@@ -103,5 +152,22 @@ def assumptions(device: Device, version: str) -> list[str]:
         )
     return [
         f"unified memory ({device.name}, {device.total_gib:g} GiB shared with the host): {how}; {held}; what the "
-        "host allocates while vLLM profiles comes out of the KV pool"
+        f"host allocates while vLLM profiles comes out of the KV pool{graphs}"
     ]
+
+
+def graphs_assumption(release_default: bool, in_budget: bool, graphs_gib: float) -> str:
+    """The clause :func:`assumptions` adds on what happens to the CUDA graph estimate."""
+    if not release_default:
+        return ""
+    if in_budget:
+        return (
+            f"; {ESTIMATE_CUDAGRAPHS_ENV}=1: vLLM subtracts a CUDA graph estimate read from cudaMemGetInfo, which "
+            "goes up and down on unified memory (negative estimates of up to -35.69 GiB on GB10s, vllm-project/vllm "
+            "#44740), so the real pool can be larger than planned by as much and run the host out of memory"
+        )
+    return (
+        f"; the fleet starts vLLM with {ESTIMATE_CUDAGRAPHS_ENV}=0 (its estimate from cudaMemGetInfo goes negative "
+        f"here, vllm-project/vllm #44740): the CUDA graphs' {graphs_gib:.2f} GiB come on top of the budget, from the "
+        "host's reserve"
+    )

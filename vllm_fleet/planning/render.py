@@ -73,7 +73,9 @@ def vllm_args(
 
 
 def instance_env(est: Estimate, partition_is_custom: bool) -> dict[str, str]:
-    env: dict[str, str] = {}
+    # What the estimate's accounting needs (unified.launch_env: no CUDA graph estimate on unified
+    # memory); the operator's vllm_fleet_extra_env, applied after it, was read by the estimate.
+    env: dict[str, str] = dict(est.launch_env)
     if est.pipeline_parallel_size > 1 and partition_is_custom:
         env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(n) for n in est.layer_partition)
     # Never VLLM_CPU_KVCACHE_SPACE for CPU nodes: vLLM's CPU platform lets that legacy

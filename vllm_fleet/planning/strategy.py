@@ -29,6 +29,7 @@ from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
 from vllm_fleet.accounting.memory import Estimate, estimate, kv_heads_shard
 from vllm_fleet.accounting.options import draft_spec_for
 from vllm_fleet.accounting.settings import Device, Settings
+from vllm_fleet.accounting.unified import estimate_cudagraphs
 from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
@@ -37,13 +38,7 @@ from vllm_fleet.names import check_served_name
 from vllm_fleet.planning.checks import check_wishes, nodes_vllm_runs_on, valid_tps
 from vllm_fleet.planning.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.planning.executor import choose_executor
-from vllm_fleet.planning.render import (
-    instance_env,
-    is_custom_partition,
-    node_env,
-    placement,
-    vllm_args,
-)
+from vllm_fleet.planning.render import instance_env, is_custom_partition, node_env, placement, vllm_args
 from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
 from vllm_fleet.schema import values_of
 
@@ -126,6 +121,7 @@ class _Planner:
             layer_partition=partition,
             draft_spec=w.draft_spec,
             chunked_local_attn_hybrid_kv=chunked_local_attn_hybrid_kv(w.extra_env),
+            estimate_cudagraphs=estimate_cudagraphs(w.extra_env),
         )
 
     def _estimate(
@@ -454,7 +450,8 @@ class _Planner:
                 continue
             if self.spec.num_attention_heads % tp or not kv_heads_shard(self.spec, tp) or not self._forced(tp, 1):
                 continue
-            dev = group[0].device()
+            # No peer-to-peer access across nodes: CustomAllreduce turns itself off there.
+            dev = replace(group[0].device(), p2p=False)
             est = self._estimate([dev], tp, 1, nvlink=False)
             if not est.fits:
                 self._reject("tp_cross_node", tp, 1, est.reason)

@@ -86,6 +86,9 @@ def render_estimate(est: Estimate) -> str:
             lines.append(f"stage {stage} parts: {shown}")
     lines += [f"assumed: {a}" for a in est.assumptions]
     lines += [f"note: {n}" for n in est.notes]
+    if est.launch_env:
+        # What these figures need vLLM started with (the plan renders it into every launch).
+        lines.append("start vLLM with: " + " ".join(f"{k}={v}" for k, v in sorted(est.launch_env.items())))
     return "\n".join(lines)
 
 
