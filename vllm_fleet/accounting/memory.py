@@ -31,7 +31,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from vllm_fleet.accounting import options, unified
+from vllm_fleet.accounting import options, runner, unified
 from vllm_fleet.accounting.activation import (
     _activation_bytes,
     _cuda_graph_bytes,
@@ -528,7 +528,10 @@ def _estimate(
     block = layout.block
     draft_ids = list(range(spec.num_layers, spec.num_layers + pooled_drafts))
 
-    graphs_on = unified.graphs_in_budget(acct.graphs_in_budget, stage_devices, settings.estimate_cudagraphs)
+    # Model Runner V2 estimated no graphs up to 0.28 (runner.py): they come on top of the budget there.
+    v2_zero = runner.v2_without_graph_estimate(spec, settings, quant is not None, sd.method if sd else None)
+    release_graphs = acct.graphs_in_budget and not v2_zero
+    graphs_on = unified.graphs_in_budget(release_graphs, stage_devices, settings.estimate_cudagraphs)
     stage_info: list[dict[str, Any]] = []
     start = 0
     for stage, count in enumerate(partition):
@@ -730,7 +733,8 @@ def _estimate(
         else param_tower_assumptions(spec, settings.mm_limits)
     )
     if not graphs_on and any(s["graphs"] > 0 for s in stage_info):
-        notes.append("CUDA graphs are captured after the KV cache is sized (outside the budget)")
+        why = f" (vLLM {settings.vllm_version}'s Model Runner V2 estimates none)" if v2_zero else ""
+        notes.append(f"CUDA graphs are captured after the KV cache is sized (outside the budget){why}")
     assumptions = options.assumptions(spec, settings, sd)
     est = Estimate(
         model=spec.name,
@@ -766,9 +770,9 @@ def _estimate(
         + unified.assumptions(
             smallest,
             settings.vllm_version,
-            unified.graphs_assumption(acct.graphs_in_budget, graphs_on, max(s["graphs"] for s in stage_info) / GIB),
+            unified.graphs_assumption(release_graphs, graphs_on, max(s["graphs"] for s in stage_info) / GIB),
         ),
-        launch_env=unified.launch_env(acct.graphs_in_budget, stage_devices, settings.estimate_cudagraphs),
+        launch_env=unified.launch_env(release_graphs, stage_devices, settings.estimate_cudagraphs),
         option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
     return est, min(start_limits) if start_limits else None

@@ -148,6 +148,8 @@ class ModelSpec:
     index_head_dim: int = 0
     index_skip: tuple[int, ...] = ()  # layers without an indexer (IndexCache)
     routing_bias: bool = False  # an fp32 e_score_correction_bias per expert (MiniMax-M2's use_routing_bias)
+    # config.json's architectures (vLLM picks its model runner by them: accounting/runner.py).
+    architectures: tuple[str, ...] = ()
     # Chunked local attention (Llama 4's RoPE layers, layer type "chunked"): each such layer
     # attends within blocks of this many tokens (vLLM's ChunkedLocalAttentionSpec); 0 = none.
     attention_chunk_size: int = 0
@@ -464,6 +466,7 @@ def _spec_from_config(
     vision = vision_spec_from_config(top, hidden, source, image_proc, video_proc)
     return ModelSpec(
         name=name,
+        architectures=tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else (),
         model_type=model_type,
         num_layers=layers,
         hidden_size=hidden,
