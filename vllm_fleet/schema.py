@@ -176,7 +176,7 @@ class ServingOptions:
     )
     enforce_eager: bool = opt(False, "--enforce-eager", "no CUDA graphs", memory="no CUDA graph pool")
     # Multimodal models (multimodal.py): rendered for them only.
-    limit_mm_per_prompt: dict[str, int] | None = opt(
+    limit_mm_per_prompt: dict[str, Any] | None = opt(
         None,
         "--limit-mm-per-prompt",
         "items per prompt by modality, e.g. {image: 2, video: 0}; 0 for every modality: text only, no tower",

@@ -466,6 +466,14 @@ def test_qwen3_5_is_qwen3_next_with_layer_types_and_a_float32_state() -> None:
     assert est.kv_bytes_per_token == 16 * 2 * 4 * 256 * 2
     # Per GDN layer: conv (2 x 16 x 128 + 48 x 128) x 3 x 2 bytes + SSM 48 x 128 x 128 x 4 bytes (float32).
     assert est.parts()["kv.ssm_state_bytes_per_seq"] == 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * 4)
+    # LoRA: the attention adapters sit on the 16 attention layers only, their q slice packing a gate
+    # beside every query head (attn_output_gate: 2 x 24 x 256); the MLPs on all 64.
+    lo = options._Lora(1, 8, 1, False, BF16)
+    lora = Settings(max_model_len=32768, enable_lora=True, max_loras=1, max_lora_rank=8)
+    attn = lo.column(5120, [2 * 24 * 256, 4 * 256, 4 * 256]) + lo.row(24 * 256, 5120)
+    mlp = lo.column(5120, [17408, 17408]) + lo.row(17408, 5120)
+    layers = list(range(64))
+    assert options.lora_bytes(spec, layers, False, False, 1, 1, lora, BF16) == pytest.approx(16 * attn + 64 * mlp)
 
 
 @pytest.mark.parametrize(
@@ -487,21 +495,44 @@ def test_nemotron_h_puzzle_is_refused_with_its_reason(cfg: dict[str, Any]) -> No
 def test_lora_on_nemotron_h_follows_its_blocks() -> None:
     """Nemotron-H's blocks hold one mixer each: LoRA slots on the attention block's linears, the
     MLP blocks' up / down (not gated: one slice) and the MoE block's experts, in the latent width
-    when there is one, with the two latent projections; none on the Mamba blocks."""
+    when there is one, with the two latent projections; none on the Mamba blocks nor the router."""
     lo = options._Lora(1, 8, 1, False, BF16)
     settings = Settings(max_model_len=4096, enable_lora=True, max_loras=1, max_lora_rank=8)
     spec = spec_from_config(NEMOTRON_H, "nh")
     h, inter, experts, e_inter = 256, 512, 4, 64
     attn = lo.column(h, [4 * 64, 2 * 64, 2 * 64]) + lo.row(4 * 64, h)
     mlp = lo.column(h, [inter]) + lo.row(inter, h)
-    moe = lo.slots * lo.b * experts * ((8 * h + e_inter * 8) + (8 * e_inter + h * 8)) + lo.replicated(h, experts)
+    # No router adapter: LoRAModelManager skips the gate of a non-gated MoE.
+    moe = lo.slots * lo.b * experts * ((8 * h + e_inter * 8) + (8 * e_inter + h * 8))
     layers = list(range(spec.num_layers))
     assert options.lora_bytes(spec, layers, False, False, 1, 1, settings, BF16) == pytest.approx(attn + 3 * mlp + moe)
     latent = spec_from_config(dict(NEMOTRON_H, moe_latent_size=64), "nh")
     k = 64
-    moe_k = lo.slots * lo.b * experts * ((8 * k + e_inter * 8) + (8 * e_inter + k * 8)) + lo.replicated(h, experts)
+    moe_k = lo.slots * lo.b * experts * ((8 * k + e_inter * 8) + (8 * e_inter + k * 8))
     moe_k += lo.replicated(h, k) + lo.replicated(k, h)
     want = attn + 3 * mlp + moe_k
     assert options.lora_bytes(latent, layers, False, False, 1, 1, settings, BF16) == pytest.approx(want)
     (line,) = [a for a in estimate(latent, H100, settings).assumptions if a.startswith("LoRA")]
     assert "latent width" in line and "Mamba" in line
+
+
+def test_qwen3_5_moe_lora_is_3d_only_in_its_conditional_generation_class() -> None:
+    """Qwen3_5MoeForConditionalGeneration sets is_3d_moe_weight (FusedMoE3DWithLoRA: one w13 A
+    per expert); Qwen3.5's text-only ForCausalLM keeps FusedMoEWithLoRA's two."""
+    text = {
+        "model_type": "qwen3_5_moe_text", "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 32000, "max_position_embeddings": 32768,
+        "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 64,
+        "linear_num_key_heads": 4, "linear_num_value_heads": 8, "linear_value_head_dim": 64, "num_experts": 16,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 256, "shared_expert_intermediate_size": 512,
+        "torch_dtype": "bfloat16",
+    }  # fmt: skip
+
+    def lora(arch: str) -> float:
+        spec = spec_from_config({"architectures": [arch], "model_type": "qwen3_5_moe", "text_config": text}, arch)
+        assert spec.is_moe_layer(0)
+        settings = Settings(enable_lora=True, max_loras=1, max_lora_rank=8)
+        return options.lora_bytes(spec, [0], False, False, 1, 1, settings, BF16)
+
+    # One w13 A (rank x hidden) less per expert, its B twice as wide is the same size.
+    assert lora("Qwen3_5MoeForCausalLM") - lora("Qwen3_5MoeForConditionalGeneration") == 16 * 8 * 1024 * BF16

@@ -226,7 +226,7 @@ def test_geforce_pairs_have_no_custom_all_reduce() -> None:
     bridged = node_from_dict({"name": "n", "gpu": "RTX-3090", "gpu_count": 2, "nvlink": True}, 0)
     l40s = node_from_dict({"name": "n", "gpu": "L40S", "gpu_count": 2}, 0)
     pair = estimate(spec, geforce.device(), settings, nvlink=False)
-    assert any("custom all-reduce off (no peer-to-peer access between the two GPUs" in a for a in pair.assumptions)
+    assert any("custom all-reduce off (no peer-to-peer access between the GPUs" in a for a in pair.assumptions)
     kept = estimate(spec, l40s.device(), settings, nvlink=False)
     assert any("custom all-reduce kept (two GPUs)" in a for a in kept.assumptions)
     # The IPC buffers (0.1 GiB x tp / 8) are what the two differ by outside the budget.

@@ -195,3 +195,10 @@ def test_dummy_options_vllm_refuses_are_refused(limits: dict[str, Any], message:
     """vLLM's MultiModalDummyOptions forbid other keys and take positive sizes (pydantic, at load)."""
     with pytest.raises(PlanError, match=re.escape(message)):
         Settings(limit_mm_per_prompt=limits).validate()
+
+
+def test_dummy_options_vllm_accepts_pass() -> None:
+    """A null size is vLLM's default; another modality's options (BaseDummyOptions) ignore other keys."""
+    settings = Settings(limit_mm_per_prompt={"video": {"count": 2, "num_frames": None}, "vision_chunk": {"x": 1}})
+    settings.validate()
+    assert settings.mm_limits == {"video": 2, "vision_chunk": 999} and settings.mm_video_frames is None

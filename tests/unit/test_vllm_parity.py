@@ -355,6 +355,16 @@ def test_inventory_extra_args_carry_the_opt_in_when_every_node_has_it() -> None:
     assert "extra_args" not in interface.wishes(n1, None, [n1, n2])
 
 
+def test_an_environment_the_plan_reads_must_be_the_same_on_every_node() -> None:
+    """The plan reads VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (and the other variables it
+    accounts for) once: a node whose launch would get another value is refused, naming both."""
+    off = interface.resolve({"vllm_fleet_extra_env": {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}})
+    other = interface.resolve({"vllm_fleet_extra_env": {"VLLM_LOGGING_LEVEL": "DEBUG"}})
+    assert interface.wishes(off, None, [off, off])["extra_env"] == {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
+    with pytest.raises(PlanError, match=r"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS differs between nodes \(0, None\)"):
+        interface.wishes(off, None, [off, other])
+
+
 # ---------------------------------------------------------------------------
 # 4, 5. Ports: what the plan hands out on each node
 # ---------------------------------------------------------------------------

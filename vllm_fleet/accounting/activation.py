@@ -305,13 +305,11 @@ def _moe_assumptions(
                 " counted in the weights"
             )
     if tp > 1 and not nvlink and device.kind == "cuda":
-        if tp > 2:
+        if not device.p2p:
+            state = "off (no peer-to-peer access between the GPUs: GeForce cards, or GPUs on different nodes; _can_p2p)"
+        elif tp > 2:
             state = "off (CustomAllreduce: more than two PCIe-only GPUs)"
         else:
-            state = (
-                "kept (two GPUs)"
-                if device.p2p
-                else "off (no peer-to-peer access between the two GPUs: a GeForce pair, or two nodes; _can_p2p)"
-            )
+            state = "kept (two GPUs)"
         lines.append(f"PCIe without NVLink: custom all-reduce {state}; NCCL buffers outside the budget")
     return lines

@@ -462,7 +462,7 @@ def _block_elements(v: VisionSpec, shard: int) -> float:
 
 
 # vllm/config/multimodal.py's dummy options per modality (pydantic, extra="forbid": another key
-# stops vLLM at load); any other modality takes a count only.
+# stops vLLM at load; a size may be null); any other modality's BaseDummyOptions ignores other keys.
 MM_DUMMY_KEYS = {
     "image": ("count", "width", "height"),
     "video": ("count", "num_frames", "width", "height"),
@@ -481,13 +481,16 @@ def parse_limits(value: Any, flag: str = "--limit-mm-per-prompt") -> dict[str, i
     out: dict[str, int] = {}
     for key, item in value.items():
         if isinstance(item, dict):
-            known = MM_DUMMY_KEYS.get(str(key), ("count",))
+            # Another modality's options are BaseDummyOptions, which ignores other keys.
+            known = MM_DUMMY_KEYS.get(str(key))
             for name, option in item.items():
-                if name not in known:
+                if known is not None and name not in known:
                     raise PlanError(
                         flag, f"{key}: unknown option {name!r} (vLLM refuses it)", "use " + ", ".join(known)
                     )
-                if name != "count" and (isinstance(option, bool) or not isinstance(option, int) or option < 1):
+                if name == "count" or option is None or known is None:
+                    continue
+                if isinstance(option, bool) or not isinstance(option, int) or option < 1:
                     raise PlanError(flag, f"{key}.{name} must be a positive integer, got {option!r}", "e.g. 8")
         count = item.get("count", DEFAULT_MM_LIMIT) if isinstance(item, dict) else item
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:

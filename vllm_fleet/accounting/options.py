@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_fleet.accounting.base import CURRENT_VLLM, Accounting
 from vllm_fleet.accounting.parts import _kv_layer_bytes, _layer_bytes, _stage_parts, _vocab_rows
 from vllm_fleet.errors import PlanError
+from vllm_fleet.model.families import QWEN_GDN_TYPES
 from vllm_fleet.model.quantspec import QuantSpec
 from vllm_fleet.model.spec import DTYPE_BYTES, ModelSpec, load_model
 from vllm_fleet.schema import LORA_DTYPES, LORA_RANKS
@@ -51,6 +52,9 @@ LORA_EMBEDDING_MODEL_TYPES = frozenset(
 )  # fmt: skip
 # Model classes with ``is_3d_moe_weight`` (FusedMoE3DWithLoRA: one fused w13 slice).
 LORA_3D_MOE_MODEL_TYPES = frozenset({"gpt_oss"})
+# Model classes that set is_3d_moe_weight (qwen3_5.py, qwen3_vl_moe.py): FusedMoE3DWithLoRA for them too;
+# Qwen3.5's text-only ForCausalLM is not one.
+LORA_3D_MOE_ARCHITECTURES = frozenset({"Qwen3_5MoeForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"})
 
 # SpeculativeConfig.method values the planner models, and the MTP model types vLLM
 # rewrites to "mtp" (MTPModelTypes, deprecated as methods).
@@ -263,8 +267,11 @@ def _lora_attention(spec: ModelSpec, lo: _Lora, tp: int) -> float:
         return total
     kv_r = max(1.0, spec.num_kv_heads / tp)
     q_out, kv_out = heads_r * spec.head_dim, kv_r * spec.head_dim
+    # Qwen3-Next's gated attention packs a gate beside every query head (attn_output_gate): its
+    # q slice is twice the heads' width.
+    q_slice = 2 * q_out if spec.model_type in QWEN_GDN_TYPES else q_out
     # MergedQKVParallelLinearWithLoRA (q/k/v packed: three slices), RowParallel o_proj.
-    return lo.column(h, [q_out, kv_out, kv_out]) + lo.row(q_out, h)
+    return lo.column(h, [q_slice, kv_out, kv_out]) + lo.row(q_out, h)
 
 
 def _lora_mlp(spec: ModelSpec, lo: _Lora, index: int, tp: int, ep: int) -> float:
@@ -281,7 +288,7 @@ def _lora_mlp(spec: ModelSpec, lo: _Lora, index: int, tp: int, ep: int) -> float
     inter_p = spec.moe_intermediate_size / (1 if ep > 1 else tp)
     a_rows = lo.rank / tp if lo.full else lo.rank
     w2_b_rows = hm / tp if lo.full else hm
-    if spec.model_type in LORA_3D_MOE_MODEL_TYPES:
+    if spec.model_type in LORA_3D_MOE_MODEL_TYPES or LORA_3D_MOE_ARCHITECTURES & set(spec.architectures):
         # FusedMoE3DWithLoRA: one w13 slice, its B of 2 x intermediate.
         per_expert = a_rows * hm + 2 * inter_p * lo.rank
     else:
@@ -289,7 +296,9 @@ def _lora_mlp(spec: ModelSpec, lo: _Lora, index: int, tp: int, ep: int) -> float
         per_expert = slices * (a_rows * hm + inter_p * lo.rank)
     per_expert += lo.rank * inter_p + w2_b_rows * lo.rank  # w2 A and B
     total = lo.slots * lo.b * experts_local * per_expert
-    total += lo.replicated(h, spec.num_experts)  # the router (ReplicatedLinear gate)
+    if spec.model_type != "nemotron_h":
+        # The router (ReplicatedLinear gate); LoRAModelManager skips it for a non-gated MoE (Nemotron-H).
+        total += lo.replicated(h, spec.num_experts)
     if spec.moe_latent_size:
         total += lo.replicated(h, hm) + lo.replicated(hm, h)  # fc1_latent_proj, fc2_latent_proj
     if spec.num_shared_experts:

@@ -92,8 +92,10 @@ def graphs_in_budget(release_default: bool, devices: Sequence[Device], asked: bo
 
 
 def launch_env(release_default: bool, devices: Sequence[Device], asked: bool | None) -> dict[str, str]:
-    """The environment the accounting of :func:`graphs_in_budget` needs vLLM to start with."""
-    if release_default and asked is None and not graphs_in_budget(release_default, devices, asked):
+    """The environment the accounting of :func:`graphs_in_budget` needs vLLM to start with: the 0
+    wherever the release would subtract the estimate and the plan does not, the operator's own 0
+    included (a launch path without the operator's environment, Ray Serve's or Kubernetes', keeps it)."""
+    if release_default and not graphs_in_budget(release_default, devices, asked):
         return {ESTIMATE_CUDAGRAPHS_ENV: "0"}
     return {}
 
@@ -164,7 +166,8 @@ def graphs_assumption(release_default: bool, in_budget: bool, graphs_gib: float)
         return (
             f"; {ESTIMATE_CUDAGRAPHS_ENV}=1: vLLM subtracts a CUDA graph estimate read from cudaMemGetInfo, which "
             "goes up and down on unified memory (negative estimates of up to -35.69 GiB on GB10s, vllm-project/vllm "
-            "#44740), so the real pool can be larger than planned by as much and run the host out of memory"
+            "#44740), so under the V1 model runner, which does not clamp it, the real pool can be larger than "
+            "planned by as much and run the host out of memory"
         )
     return (
         f"; the fleet starts vLLM with {ESTIMATE_CUDAGRAPHS_ENV}=0 (its estimate from cudaMemGetInfo goes negative "

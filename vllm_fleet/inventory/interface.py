@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_fleet import schema
+from vllm_fleet.accounting.kv import CHUNKED_HYBRID_ENV
 from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB
-from vllm_fleet.accounting.unified import UMA_HOST_RESERVE_GIB, UMA_HOST_RESERVE_SHARE
+from vllm_fleet.accounting.unified import ESTIMATE_CUDAGRAPHS_ENV, UMA_HOST_RESERVE_GIB, UMA_HOST_RESERVE_SHARE
 from vllm_fleet.cli_args import secret_flags
 from vllm_fleet.coerce import JSON_EXAMPLE
 from vllm_fleet.coerce import value as coerce_value
@@ -293,6 +294,8 @@ PLANNED_ENV = {
     "VLLM_HOST_IP": "the plan sets each launch's address (vllm_fleet_address)",
     "CUDA_VISIBLE_DEVICES": "the plan gives each launch its GPUs",
 }
+# The vLLM variables the plan reads from vllm_fleet_extra_env (their accounting or checks).
+PLAN_READ_ENV = (ESTIMATE_CUDAGRAPHS_ENV, CHUNKED_HYBRID_ENV, "VLLM_ALLOW_LONG_MAX_MODEL_LEN")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -646,6 +649,17 @@ def wishes(
     if settings.get("extra_env"):
         # vLLM's own start-up checks read its environment (VLLM_ALLOW_LONG_MAX_MODEL_LEN).
         out["extra_env"] = dict(settings["extra_env"])
+    # The variables the plan reads are read once, so every node's launch must get the same value.
+    for name in PLAN_READ_ENV:
+        seen = {
+            str((s.get("extra_env") or {}).get(name)) for s in every if isinstance(s.get("extra_env") or {}, Mapping)
+        }
+        if len(seen) > 1:
+            raise PlanError(
+                PREFIX + "extra_env",
+                f"{name} differs between nodes ({', '.join(sorted(seen))}); the plan reads it once for the cluster",
+                "set it the same on every node (group_vars/all) or on none",
+            )
     mode = role.get("serving_image_mode") or "derived"
     out["ray_available"] = settings.get("runtime") == "container" and mode == "derived"
     return out
