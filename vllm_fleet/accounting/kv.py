@@ -20,8 +20,7 @@ from vllm_fleet.accounting.parts import (
     _indexer_bytes_per_token,
     _kv_layer_bytes,
 )
-from vllm_fleet.accounting.settings import Settings
-from vllm_fleet.errors import PlanError
+from vllm_fleet.accounting.settings import Settings, env_flag
 from vllm_fleet.model.spec import (
     DTYPE_BYTES,
     ModelSpec,
@@ -153,15 +152,8 @@ CHUNKED_HYBRID_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 
 
 def chunked_local_attn_hybrid_kv(env: Mapping[str, str]) -> bool:
-    """VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE as vllm/envs.py reads it:
-    ``bool(int(os.getenv(name, "1")))``; a value int() refuses stops vLLM at start-up."""
-    value = str(env.get(CHUNKED_HYBRID_ENV, "1")).strip()
-    try:
-        return bool(int(value))
-    except ValueError as exc:
-        raise PlanError(
-            f"--env {CHUNKED_HYBRID_ENV}", f"{value!r} is not an integer (vLLM reads it with int())", "use 0 or 1"
-        ) from exc
+    """VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE as vllm/envs.py reads it ("1" by default)."""
+    return env_flag(env, CHUNKED_HYBRID_ENV) is not False
 
 
 def _chunked_as_full(spec: ModelSpec, settings: Settings) -> bool:

@@ -772,7 +772,7 @@ def _estimate(
             settings.vllm_version,
             unified.graphs_assumption(release_graphs, graphs_on, max(s["graphs"] for s in stage_info) / GIB),
         ),
-        launch_env=unified.launch_env(release_graphs, stage_devices, settings.estimate_cudagraphs),
+        launch_env=unified.launch_env(release_graphs, graphs_on),
         option_args=serve_args(settings, multimodal=spec.vision is not None or bool(spec.vision_params)),
     )
     return est, min(start_limits) if start_limits else None

@@ -30,65 +30,18 @@ from vllm_fleet.accounting.settings import Settings
 from vllm_fleet.model.spec import ModelSpec
 
 # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES of vllm/config/vllm.py, by the release that set it.
+_V2_0_23 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
+_V2_0_25 = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"})
+_V2_0_26 = _V2_0_25 | {"InklingForCausalLM", "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM"}
+_V2_0_27 = _V2_0_26 | {"KimiK3ForConditionalGeneration"}
 _V2_ARCHITECTURES: tuple[tuple[tuple[int, int], frozenset[str]], ...] = (
     ((0, 22), frozenset({"Qwen3ForCausalLM"})),
-    ((0, 23), frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})),
-    (
-        (0, 24),
-        frozenset(
-            {
-                "Qwen3ForCausalLM",
-                "DeepseekV2ForCausalLM",
-                "Qwen2MoeForCausalLM",
-                "GraniteMoeForCausalLM",
-                "LlamaForCausalLM",
-                "MistralForCausalLM",
-            }
-        ),
-    ),
-    ((0, 25), frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"})),
-    (
-        (0, 26),
-        frozenset(
-            {
-                "DeepseekV2ForCausalLM",
-                "GraniteMoeForCausalLM",
-                "InklingForCausalLM",
-                "InklingForConditionalGeneration",
-                "LongcatFlashNgramForCausalLM",
-                "Qwen2MoeForCausalLM",
-            }
-        ),
-    ),
-    (
-        (0, 27),
-        frozenset(
-            {
-                "DeepseekV2ForCausalLM",
-                "GraniteMoeForCausalLM",
-                "InklingForCausalLM",
-                "InklingForConditionalGeneration",
-                "KimiK3ForConditionalGeneration",
-                "LongcatFlashNgramForCausalLM",
-                "Qwen2MoeForCausalLM",
-            }
-        ),
-    ),
-    (
-        (0, 28),
-        frozenset(
-            {
-                "DeepseekV2ForCausalLM",
-                "DeepseekV4ForCausalLM",
-                "GraniteMoeForCausalLM",
-                "InklingForCausalLM",
-                "InklingForConditionalGeneration",
-                "KimiK3ForConditionalGeneration",
-                "LongcatFlashNgramForCausalLM",
-                "Qwen2MoeForCausalLM",
-            }
-        ),
-    ),
+    ((0, 23), _V2_0_23),
+    ((0, 24), _V2_0_23 | _V2_0_25),
+    ((0, 25), _V2_0_25),
+    ((0, 26), _V2_0_26),
+    ((0, 27), _V2_0_27),
+    ((0, 28), _V2_0_27 | {"DeepseekV4ForCausalLM"}),
 )
 # The architecture transformers names for a model_type, where a catalog config carries none.
 _ARCHITECTURE_OF_TYPE = {

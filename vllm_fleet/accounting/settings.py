@@ -6,6 +6,7 @@ Pure Python, no torch or vLLM import.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,21 @@ from vllm_fleet.model.spec import (
 )
 from vllm_fleet.schema import DTYPES, KV_CACHE_DTYPES, LIMITS, MAX_GPU_MEMORY_GIB, ServingOptions
 
-__all__ = ["LIMITS", "MAX_GPU_MEMORY_GIB", "Device", "Settings", "check_count"]
+__all__ = ["LIMITS", "MAX_GPU_MEMORY_GIB", "Device", "Settings", "check_count", "env_flag"]
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool | None:
+    """A vLLM boolean variable as vllm/envs.py reads it (``bool(int(value))``), None where unset;
+    a value int() refuses stops vLLM at start-up, so the plan refuses it."""
+    if name not in env:
+        return None
+    value = str(env[name]).strip()
+    try:
+        return bool(int(value))
+    except ValueError as exc:
+        raise PlanError(
+            f"--env {name}", f"{value!r} is not an integer (vLLM reads it with int())", "use 0 or 1"
+        ) from exc
 
 
 def check_count(value: Any, flag: str, maximum: int, required: bool = False) -> None:

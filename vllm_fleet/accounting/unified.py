@@ -51,8 +51,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from vllm_fleet.accounting.base import GIB, parse_version
-from vllm_fleet.accounting.settings import Device
-from vllm_fleet.errors import PlanError
+from vllm_fleet.accounting.settings import Device, env_flag
 
 # What the plan leaves of a unified-memory host outside vLLM's budget, where no free memory is
 # stated: 17.5 GiB, at most 15 % of the host (a 16 GB Jetson keeps 2.3 GiB; see the module
@@ -66,17 +65,8 @@ ESTIMATE_CUDAGRAPHS_ENV = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
 
 
 def estimate_cudagraphs(env: Mapping[str, str]) -> bool | None:
-    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as vllm/envs.py reads it (``bool(int(value))``),
-    None where unset; a value int() refuses stops vLLM at start-up."""
-    if ESTIMATE_CUDAGRAPHS_ENV not in env:
-        return None
-    value = str(env[ESTIMATE_CUDAGRAPHS_ENV]).strip()
-    try:
-        return bool(int(value))
-    except ValueError as exc:
-        raise PlanError(
-            f"--env {ESTIMATE_CUDAGRAPHS_ENV}", f"{value!r} is not an integer (vLLM reads it with int())", "use 0 or 1"
-        ) from exc
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as vllm/envs.py reads it, None where unset."""
+    return env_flag(env, ESTIMATE_CUDAGRAPHS_ENV)
 
 
 def graphs_in_budget(release_default: bool, devices: Sequence[Device], asked: bool | None) -> bool:
@@ -91,13 +81,11 @@ def graphs_in_budget(release_default: bool, devices: Sequence[Device], asked: bo
     return not any(d.unified_memory and d.kind == "cuda" for d in devices)
 
 
-def launch_env(release_default: bool, devices: Sequence[Device], asked: bool | None) -> dict[str, str]:
-    """The environment the accounting of :func:`graphs_in_budget` needs vLLM to start with: the 0
-    wherever the release would subtract the estimate and the plan does not, the operator's own 0
-    included (a launch path without the operator's environment, Ray Serve's or Kubernetes', keeps it)."""
-    if release_default and not graphs_in_budget(release_default, devices, asked):
-        return {ESTIMATE_CUDAGRAPHS_ENV: "0"}
-    return {}
+def launch_env(release_default: bool, in_budget: bool) -> dict[str, str]:
+    """The environment the plan's accounting needs vLLM to start with: the 0 wherever the release
+    would subtract the estimate and the plan does not (:func:`graphs_in_budget`), the operator's own
+    0 included (a launch path without the operator's environment, Ray Serve's or Kubernetes', keeps it)."""
+    return {ESTIMATE_CUDAGRAPHS_ENV: "0"} if release_default and not in_budget else {}
 
 
 def reads_available(device: Device, version: str) -> bool:
