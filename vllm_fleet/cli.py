@@ -39,9 +39,13 @@ from vllm_fleet.model.quantization import ALLOW_DEPRECATED, check_quantization_f
 from vllm_fleet.model.spec import load_model
 from vllm_fleet.ops import preview
 from vllm_fleet.ops.doctor import BundleError, evaluate, exit_code, render, to_json
+from vllm_fleet.performance.predict import Placement, predict
+from vllm_fleet.performance.workload import add_flags as workload_flags
+from vllm_fleet.performance.workload import from_args as workload_args
+from vllm_fleet.performance.workload import workload_from
 from vllm_fleet.planning.allocate import allocate, combined_plan, load_wishes, render_allocation
 from vllm_fleet.planning.strategy import Wishes, load_cluster, plan_cluster
-from vllm_fleet.planning.table import render_estimate, render_plan
+from vllm_fleet.planning.table import render_estimate, render_performance, render_plan
 
 
 def _positive_float(text: str) -> float:
@@ -116,6 +120,7 @@ def _common(p: argparse.ArgumentParser, command: str) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _declared_flags(p, command)
+    workload_flags(p, command)
 
 
 def _nonnegative_float(text: str) -> float:
@@ -410,16 +415,25 @@ def run_estimate(args: argparse.Namespace) -> int:
         gpu = lookup_gpu(args.gpu) if args.gpu else None
         nvlink = gpu.nvlink if gpu is not None else True
     est = estimate(spec, device, settings, nvlink=nvlink)
+    asked, _ = workload_args(args)
+    # The whole instance's service under the workload (offline without a load flag).
+    perf = predict(spec, est, device, workload_from(asked, "--input-len"), Placement(nvlink=nvlink))
     if args.json:
-        print(json.dumps(est.to_dict(), indent=2))
+        print(json.dumps({**est.to_dict(), "performance": perf.to_dict()}, indent=2))
     else:
-        print(render_estimate(est))
+        print(render_estimate(est) + "\n" + render_performance(perf))
     return 0
 
 
 def _wishes(args: argparse.Namespace) -> dict[str, Any]:
+    asked, slo = workload_args(args)
+    given = _given(args)
+    if asked:
+        given["workload"] = asked
+    if slo:
+        given["slo"] = slo
     return dict(
-        **_given(args),
+        **given,
         strategies=tuple(args.strategy) if args.strategy else None,
         model_ref=args.model,
         ray_available=args.ray_available,

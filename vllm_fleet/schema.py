@@ -362,6 +362,29 @@ class PlannerOptions(ServingOptions):
         "or nodes are uneven)", render="none", cli="--multinode-backend", choices=("auto", "ray", "native"),
         commands=("plan",), deployment=True,
     )  # fmt: skip
+    # The performance model's inputs (vllm_fleet/performance/workload.py declares each key, its
+    # CLI flag and check); the CLI takes them as flags (--input-len, --slo-tpot-ms...).
+    workload: dict[str, Any] | None = opt(
+        None,
+        None,
+        "the workload the layout is chosen for, for the whole cluster: {input_len, output_len, "
+        "concurrency or request_rate, num_prompts, prefix_hit, range_ratio, chat_lengths} (default: 1,024 in / 256 "
+        "out; the plan states it)",
+        render="none",
+        commands=(),
+        per_model=True,
+        metavar="MAPPING",
+    )
+    slo: dict[str, Any] | None = opt(
+        None,
+        None,
+        "the service level the layout must meet: {ttft_p90_ms, tpot_p90_ms}; layouts are ranked by "
+        "the requests/s meeting it (default: TPOT p90 <= 50 ms and TTFT p90 <= 2 s, stated in the plan)",
+        render="none",
+        commands=(),
+        per_model=True,
+        metavar="MAPPING",
+    )
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ def plan_nodes(hostvars: Any, nodes: list[str]) -> list[dict[str, Any]]:
                 "nic_gbps": values["nic_gbps"],
                 "address": values["address"] or given(host, "ansible_host") or str(name),
                 "interface": values["interface"],
+                "cpu_cores": given(host, "vllm_fleet_cpu_cores") or values["cores"],
             }
         )
     return out

@@ -45,6 +45,7 @@ class Node:
     capability: int | None = None  # compute capability x 10; None: the architecture's lowest
     unified_memory: bool = False
     p2p: bool = True
+    cpu_cores: int | None = None  # cores vLLM's CPU build binds (the performance model's CPU)
 
     @property
     def gpu_key(self) -> str:
@@ -178,6 +179,7 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         else _number(nic_raw, f"{where}.nic_gbps", float, "give the NIC speed in Gb/s", MAX_NIC_GBPS)
     )
     free = data.get("gpu_free_gib")
+    cores = data.get("cpu_cores")
     return Node(
         name=name,
         gpu=gpu.name if gpu else gpu_name,
@@ -194,6 +196,9 @@ def node_from_dict(data: dict[str, Any], index: int) -> Node:
         interface=_text(data.get("interface"), f"{where}.interface"),
         free_gib=_number(free, f"{where}.gpu_free_gib", float, "give free memory per GPU in GiB", MAX_GPU_MEMORY_GIB)
         if free is not None
+        else None,
+        cpu_cores=_number(cores, f"{where}.cpu_cores", int, "give the cores vLLM may use", 1 << 16)
+        if cores not in (None, "")
         else None,
     )
 

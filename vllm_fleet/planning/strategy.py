@@ -34,10 +34,13 @@ from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
 from vllm_fleet.model.spec import ModelSpec
+from vllm_fleet.performance.workload import slo_from, workload_from
 from vllm_fleet.planning.checks import check_wishes, nodes_vllm_runs_on, valid_tps
 from vllm_fleet.planning.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.planning.executor import choose_executor
 from vllm_fleet.planning.instances import Candidate, instance_dict
+from vllm_fleet.planning.perf import Evaluator
+from vllm_fleet.planning.rank import Ranking, rank
 from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
 from vllm_fleet.schema import values_of
 
@@ -55,6 +58,10 @@ class _Planner:
         self.candidates: list[Candidate] = []
         self.warnings: list[str] = []
         self._cache: dict[tuple[Any, ...], Estimate] = {}
+        self.workload = workload_from(wishes.workload)
+        self.slo = slo_from(wishes.slo)
+        self.evaluator = Evaluator(spec, self.workload, self.slo.bound())
+        self.ranking: Ranking | None = None
         self.groups: dict[str, list[Node]] = {}
         for node in nodes:
             self.groups.setdefault(node.gpu_key, []).append(node)
@@ -484,34 +491,23 @@ class _Planner:
                 )
             raise NothingFitsError("model", self._nothing_fits(), self._what_would_fit())
         target = self.wishes.target_concurrency
-        ranked = sorted(self.candidates, key=lambda c: c.score(target), reverse=True)
-        best = ranked[0]
-        for other in ranked[1:]:
-            a, b = best.score(target), other.score(target)
-            why = (
-                "meets the target concurrency"
-                if a[1] != b[1]
-                else "fewer cross-node hops"
-                if a[2] != b[2]
-                else "more instances"
-                if a[3] != b[3]
-                else "fewer pipeline stages"
-                if a[4] != b[4]
-                else "more KV cache"
-                if a[5] != b[5]
-                else "ranked earlier"
-            )
+        ranking = rank(self.candidates, self.evaluator, target, self.slo)
+        best = ranking.best
+        for other in ranking.order[1:]:
             self._reject(
                 other.kind,
                 other.tp,
                 other.pp,
-                f"fits, but {best.layout} wins on {why}",
+                ranking.reasons[id(other)],
                 dp=other.dp,
                 ep=other.ep,
                 nodes=sorted({n.name for inst in other.instances for n, _ in inst}),
             )
+            self.rejected[-1]["performance"] = ranking.perfs[id(other)].to_dict()
+        self.ranking = ranking
         self.warnings.extend(best.warnings)
-        if target and best.score(target)[1] == 0:
+        self.warnings.extend(ranking.warnings)
+        if target and sum(e.max_concurrency * max(e.data_parallel_size, 1) for e in best.estimates) < target:
             self.warnings.append(
                 f"no layout reaches the target concurrency {target}; the best gives "
                 f"{sum(e.max_concurrency for e in best.estimates):.1f}"
@@ -603,10 +599,16 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
     used: dict[str, int] = {}
     ports: dict[str, int] = {}
     memory: dict[int, dict[str, Any]] = {}
+    ranking = planner.ranking
+    assert ranking is not None
+    predictions = ranking.perfs[id(best)].predictions
     instances = [
         instance_dict(planner.spec, planner.wishes, best, i, est, inst, used, ports, memory)
         for i, (est, inst) in enumerate(zip(best.estimates, best.instances, strict=True))
     ]
+    shown: dict[int, dict[str, Any]] = {}  # one dict per distinct prediction, as memory
+    for inst_dict, pred in zip(instances, predictions, strict=True):
+        inst_dict["performance"] = shown.setdefault(id(pred), pred.to_dict())
     last_port = max(i["port"] for i in instances)
     if last_port > 65535:
         crowded = max(ports, key=lambda n: ports[n])
@@ -617,9 +619,11 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
         )
     gpus_used = sum(g for inst in best.instances for _, g in inst)
     total_gpus = sum(n.gpu_count for n in nodes)
+    cluster_perf = ranking.perfs[id(best)]
     summary = (
         f"{best.layout}, {gpus_used}/{total_gpus} GPUs used, "
-        f"{sum(i['memory']['kv_cache_tokens'] for i in instances):,} KV tokens in all"
+        f"{sum(i['memory']['kv_cache_tokens'] for i in instances):,} KV tokens in all, "
+        f"predicted {cluster_perf.output_token_throughput:,.0f} output tok/s"
     )
     return {
         "model": spec.name,
@@ -640,6 +644,29 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
         },
         "warnings": planner.warnings,
         "rejected": planner.rejected,
-        "ranking": "fits > meets target concurrency > fewer cross-node hops > more instances > "
-        "fewer pipeline stages > more KV tokens",
+        "performance": _plan_performance(planner, best),
+        "ranking": RANKING,
+    }
+
+
+RANKING = (
+    "fits > meets target concurrency > keeps the model's max_model_len > predicted goodput (requests/s within "
+    "the SLO; within 2 % counts as equal) > fewer GPUs > fewer cross-node hops > fewer pipeline stages > "
+    "more KV tokens"
+)
+
+
+def _plan_performance(planner: _Planner, best: Candidate) -> dict[str, Any]:
+    """The cluster's predicted service, and what it was predicted for."""
+    ranking = planner.ranking
+    assert ranking is not None
+    perf = ranking.perfs[id(best)]
+    slo = planner.slo
+    return {
+        **perf.to_dict(),
+        "workload": planner.workload.to_dict(),
+        "workload_text": planner.workload.describe(),
+        "slo": {"ttft_p90_ms": slo.bound().ttft_p90_ms, "tpot_p90_ms": slo.bound().tpot_p90_ms},
+        "slo_asked": slo.asked,
+        "ranked_by": "throughput (no layout meets the SLO)" if ranking.by_throughput else "goodput",
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_fleet.accounting.memory import Estimate
+from vllm_fleet.performance.serving import Prediction
 
 BAR_WIDTH = 40
 
@@ -98,6 +99,43 @@ def _part(key: str, value: float) -> str:
     return f"{int(value):,}"
 
 
+def render_performance(pred: Prediction) -> str:
+    """What the instance serves under its workload, with the band (estimate's text)."""
+    d = pred.to_dict()
+    band = d["band"]
+    lines = [
+        f"Predicted for {pred.workload.describe().replace('load: as much as the SLO allows', 'every request at once')}"
+        f" ({pred.workload.num_prompts:,} requests):",
+        format_table(
+            ["", "mean", "median", "p90", "p99"],
+            [
+                [name, *(f"{d[key][q]:,.1f}" for q in ("mean", "median", "p90", "p99"))]
+                for name, key in (("TTFT ms", "ttft_ms"), ("TPOT ms", "tpot_ms"), ("ITL ms", "itl_ms"))
+            ],
+        ),
+        f"throughput: {pred.request_throughput:,.2f} requests/s, {pred.output_token_throughput:,.0f} output tok/s "
+        f"(band {band['output_token_throughput'][0]:,.0f}-{band['output_token_throughput'][1]:,.0f}), "
+        f"{pred.total_token_throughput:,.0f} total tok/s",
+        f"batch: {pred.batch:,.1f} running on average, at most {pred.max_batch:,.0f} (bound by {pred.bound}); "
+        f"prefill steps {pred.prefill_bound}-bound, decode steps {pred.decode_bound}-bound; "
+        f"saturates at {pred.saturation_rate:,.2f} requests/s",
+    ]
+    lines += [f"note: {n}" for n in pred.notes]
+    return "\n".join(lines)
+
+
+def _perf_cells(perf: dict[str, Any] | None) -> list[str]:
+    if not perf:
+        return ["", "", "", ""]
+    band = perf["band"]
+    return [
+        f"{perf['output_token_throughput']:,.0f}",
+        f"{perf['ttft_ms']['p90']:,.0f} ({band['ttft_ms'][0]:,.0f}-{band['ttft_ms'][1]:,.0f})",
+        f"{perf['tpot_ms']['p90']:,.1f} ({band['tpot_ms'][0]:,.1f}-{band['tpot_ms'][1]:,.1f})",
+        perf["bound"],
+    ]
+
+
 def render_plan(plan: dict[str, Any], gateway: dict[str, Any] | None = None) -> str:
     """The plan as a table; with the deployment's ``gateway``, the gateway line names the
     balancer that deployment chose and why (gateway_balancer auto)."""
@@ -120,6 +158,7 @@ def render_plan(plan: dict[str, Any], gateway: dict[str, Any] | None = None) -> 
                 f"{mem['max_concurrency']:.1f}x",
                 str(inst["max_model_len"]),
                 str(inst.get("executor", "")),
+                *_perf_cells(inst.get("performance")),
             ]
         )
     # Several models (allocate.combined_plan): who got which GPU comes first.
@@ -139,10 +178,27 @@ def render_plan(plan: dict[str, Any], gateway: dict[str, Any] | None = None) -> 
                 "conc.",
                 "max_len",
                 "executor",
+                "tok/s",
+                "TTFT p90 ms (band)",
+                "TPOT p90 ms (band)",
+                "batch bound",
             ],
             rows,
         ),
     ]
+    perf = plan.get("performance")
+    if perf:
+        slo = perf["slo"]
+        bounds = " and ".join(
+            f"{name} p90 <= {slo[key]:,.0f} ms" for name, key in (("TTFT", "ttft_p90_ms"), ("TPOT", "tpot_p90_ms"))
+            if slo.get(key) is not None
+        )  # fmt: skip
+        asked = "" if perf["slo_asked"] else " (the default interactivity bound; set vllm_fleet_slo)"
+        lines.append(
+            f"predicted for {perf['workload_text']}: {perf['output_token_throughput']:,.0f} output tok/s, "
+            f"{perf['request_throughput']:,.2f} requests/s, {perf['goodput']:,.2f} of them within {bounds}{asked}; "
+            f"ranked by {perf['ranked_by']}"
+        )
     for inst in plan["instances"]:
         if len(inst["nodes"]) > 1 and inst.get("executor_reason"):
             lines.append(f"{inst['name']} executor {inst['executor']}: {inst['executor_reason']}")
