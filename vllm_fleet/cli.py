@@ -38,6 +38,7 @@ from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import ALLOW_DEPRECATED, check_quantization_flag
 from vllm_fleet.model.spec import load_model
 from vllm_fleet.ops import preview
+from vllm_fleet.ops.calibrate import calibration, read_rows
 from vllm_fleet.ops.doctor import BundleError, evaluate, exit_code, render, to_json
 from vllm_fleet.performance.predict import Placement, predict
 from vllm_fleet.performance.workload import add_flags as workload_flags
@@ -277,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     for action in plan._actions:
         if action.dest == "model":
             action.required = False  # --models instead: checked in run_plan
+    cal = sub.add_parser(
+        "calibrate", help="this cluster's own speed from a verify run, as vllm_fleet_calibration for the next plan"
+    )
+    cal.add_argument("verify", type=Path, help="artifacts/verify.json of a site.yml run")
+    cal.add_argument("--json", action="store_true", help="one JSON object")
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the built-in GPU catalog")
 
@@ -636,6 +642,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Loaded for its command alone (pip loads its commands the same way): the status
             # reader's Prometheus parser is no import of the planner's commands.
             return int(importlib.import_module(ELSEWHERE[args.command]).run_args(args))
+        if args.command == "calibrate":
+            found = calibration(read_rows(args.verify))
+            if args.json:
+                print(json.dumps(found))
+            else:
+                print(f"# from {', '.join(found['from'])}: put this in the inventory (group_vars/all)")
+                print(f"vllm_fleet_calibration: {{step_time: {found['step_time']}, ttft: {found['ttft']}}}")
+            return 0
         if args.command == "models":
             for name in MODELS:
                 print(name)

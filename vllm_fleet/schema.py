@@ -375,6 +375,18 @@ class PlannerOptions(ServingOptions):
         per_model=True,
         metavar="MAPPING",
     )
+    calibration: dict[str, Any] | None = opt(
+        None,
+        None,
+        "this cluster's own speed against the performance model: {step_time, ttft}, factors on the "
+        "predicted step time and time to first token, as `vllm-fleet calibrate artifacts/verify.json` prints "
+        "them after a run",
+        render="none",
+        cli="--calibration",
+        commands=("plan",),
+        deployment=True,
+        metavar="JSON",
+    )
     slo: dict[str, Any] | None = opt(
         None,
         None,

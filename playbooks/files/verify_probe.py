@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """verify.yml's probe: for each target, /health, /v1/models, one /v1/completions
 and one streamed /v1/chat/completions (time to the first token); for a direct
-target also /metrics, for the KV blocks vLLM allocated. Stdlib only; runs on a
-node that reaches every endpoint.
+target also /metrics, for the KV blocks vLLM allocated; for a target with a
+``load``, that many streamed requests by that many clients, shaped like the
+plan's workload (throughput, TTFT, TPOT measured against the plan's prediction).
+Stdlib only; runs on a node that reaches every endpoint.
 
     echo "$KEY" | verify_probe.py TARGETS_JSON
     TARGETS_JSON: [{"endpoint": "host:port", "via": "gateway|direct", "model": NAME}, ...]
@@ -18,6 +20,7 @@ import http.client
 import json
 import re
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -171,6 +174,96 @@ def stream_chat(endpoint: str, model: str, key: str = "") -> tuple[bool, float |
     return ok, first, "" if ok else f"stream ended after {chunks} chunk(s) without [DONE]"
 
 
+def one_request(endpoint: str, model: str, tokens: int, output: int, seed: int, key: str = "") -> dict[str, Any]:
+    """One streamed /v1/completions of a ``tokens``-token prompt (token ids, so its length is
+    exact) generating ``output`` tokens (ignore_eos): its TTFT, TPOT and tokens, or its error."""
+    prompt = [10 + (seed * 7919 + i * 104729) % 900 for i in range(tokens)]
+    body = {"model": model, "prompt": prompt, "max_tokens": output, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}, "temperature": 0.0}  # fmt: skip
+    host, port = endpoint.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+    started = time.monotonic()
+    first: float | None = None
+    chunks, used = 0, 0
+    try:
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **auth_headers(key)}
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return {"error": f"HTTP {resp.status}: {resp.read()[:200]!r}"}
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            event = sse_event(line)
+            if event is None or event == DONE:
+                if event == DONE:
+                    break
+                continue
+            assert isinstance(event, dict)
+            if any(c.get("text") for c in event.get("choices") or [] if isinstance(c, dict)):
+                chunks += 1
+                if first is None:
+                    first = time.monotonic()
+            usage = event.get("usage")
+            if isinstance(usage, dict) and usage.get("completion_tokens"):
+                used = int(usage["completion_tokens"])
+    except (OSError, ValueError, AssertionError, http.client.HTTPException) as err:
+        return {"error": f"{type(err).__name__}: {err}"}
+    finally:
+        conn.close()
+    end = time.monotonic()
+    produced = used or chunks
+    if first is None or produced < 1:
+        return {"error": "no token came back"}
+    return {"start": started, "end": end, "ttft": first - started, "tokens": produced,
+            "tpot": (end - first) / (produced - 1) if produced > 1 else None}  # fmt: skip
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_load(endpoint: str, model: str, load: dict[str, Any], key: str = "") -> dict[str, Any]:
+    """``load["requests"]`` requests by ``load["concurrency"]`` clients (each sends its next when
+    one ends, as vllm bench serve --max-concurrency): what came back, as the plan predicts it."""
+    pending = list(range(int(load["requests"])))
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                seed = pending.pop(0)
+            got = one_request(endpoint, model, int(load["input_len"]), int(load["output_len"]), seed, key)
+            with lock:
+                results.append(got)
+
+    threads = [threading.Thread(target=client) for _ in range(int(load["concurrency"]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    good = [r for r in results if "error" not in r]
+    out: dict[str, Any] = {"requests": len(results), "failed": len(results) - len(good),
+                           "errors": sorted({r["error"] for r in results if "error" in r})[:3]}  # fmt: skip
+    if good:
+        wall = max(r["end"] for r in good) - min(r["start"] for r in good)
+        tokens = sum(r["tokens"] for r in good)
+        ttft = [r["ttft"] * 1000 for r in good]
+        tpot = [r["tpot"] * 1000 for r in good if r["tpot"] is not None]
+        out.update(
+            output_token_throughput=round(tokens / wall, 2) if wall > 0 else None,
+            request_throughput=round(len(good) / wall, 4) if wall > 0 else None,
+            ttft_ms={"median": round(_quantile(ttft, 0.5), 2), "p90": round(_quantile(ttft, 0.9), 2)},
+            tpot_ms={"median": round(_quantile(tpot, 0.5), 2), "p90": round(_quantile(tpot, 0.9), 2)} if tpot else None,
+        )
+    return out
+
+
 def probe(target: dict[str, Any], key: str = "") -> dict[str, Any]:
     endpoint, model = target["endpoint"], target["model"]
     result: dict[str, Any] = {**target, "errors": []}
@@ -210,9 +303,15 @@ def probe(target: dict[str, Any], key: str = "") -> dict[str, Any]:
         result["gpu_blocks"], why = read_blocks(endpoint, key)
         if why:
             result["blocks_note"] = why
+    if target.get("load") and result.get("completion"):
+        # A bounded load shaped like the plan's workload: measured against the prediction.
+        result["load_measured"] = run_load(endpoint, model, target["load"], key)
+        result["errors"] += [f"load: {e}" for e in result["load_measured"]["errors"]]
     for name in ("health", "models", "completion"):
         result.setdefault(name, False)
     result["ok"] = all(result[k] for k in ("health", "models", "completion", "stream"))
+    if result.get("load_measured") and result["load_measured"]["failed"]:
+        result["ok"] = False  # a request of a few dozen failing is a failure, not a figure
     if key:  # no error message may quote the key (a server echoing the header, say)
         for shown in {key, repr(key)[1:-1]}:
             result["errors"] = [e.replace(shown, "<key>") for e in result["errors"]]

@@ -214,9 +214,10 @@ def verify_plan(
                     "layout": f"{len(members)} instance(s), {gw['strategy']}",
                     "model": route["model"],
                     "instances": members,
+                    "load": serve.verify_load([i for i in plan["instances"] if i["name"] in members]),
                 }
             )
-    targets += [serve.verify_target(i, instance_served_name(i)) for i in plan["instances"]]
+    targets += [serve.verify_target(i, instance_served_name(i), with_load=not gw["enabled"]) for i in plan["instances"]]
     nodes = [n["name"] for n in plan.get("nodes") or []] or [plan["instances"][0]["head_node"]]
     return {"from": gw["host"] if gw["enabled"] else nodes[0], "gateway": gw["enabled"], "targets": targets}
 

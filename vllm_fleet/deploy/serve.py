@@ -380,7 +380,33 @@ def verify_table(rows: list[dict[str, Any]]) -> str:
                 _blocks_cell(r.get("blocks")),
             ]
         )
-    return format_table(headers, body)
+    table = format_table(headers, body)
+    loads = [r for r in rows if r.get("load")]
+    if not loads:
+        return table
+    lines = []
+    for r in loads:
+        load = r["load"]
+
+        def cell(key: str, unit: str, load: dict[str, Any] = load) -> str:
+            c = load[key]
+            if c["measured"] is None:
+                return f"- / {c['predicted']:,.1f}{unit}"
+            return f"{c['measured']:,.1f} / {c['predicted']:,.1f}{unit} ({c['ratio']:.2f})"
+
+        lines.append(
+            [
+                str(r["endpoint"]),
+                f"{load['requests']} ({load['failed']} failed)",
+                cell("output_token_throughput", ""),
+                cell("ttft_ms", " ms"),
+                cell("tpot_ms", " ms"),
+                "ok" if load["within_band"] else f"outside {LOAD_BAND[0]}-{LOAD_BAND[1]}",
+            ]
+        )
+    heads = ["load through", "requests", "output tok/s measured / predicted (ratio)", "TTFT median", "TPOT median",
+             "vs plan"]  # fmt: skip
+    return table + "\n\n" + format_table(heads, lines)
 
 
 def layout(instance: dict[str, Any]) -> str:
@@ -395,10 +421,11 @@ def layout(instance: dict[str, Any]) -> str:
     return " ".join(parts) + " on " + "+".join(instance["nodes"])
 
 
-def verify_target(instance: dict[str, Any], model: str) -> dict[str, Any]:
-    """What verify probes for one instance: its head's endpoint, directly, and the
-    KV blocks the plan predicts its /metrics reports."""
-    return {
+def verify_target(instance: dict[str, Any], model: str, with_load: bool = False) -> dict[str, Any]:
+    """What verify probes for one instance: its head's endpoint, directly, the KV blocks the
+    plan predicts its /metrics reports, and (``with_load``: no gateway in front) the bounded load
+    shaped like the workload."""
+    target = {
         "endpoint": instance["endpoint"],
         "via": "direct",
         "name": instance["name"],
@@ -406,6 +433,59 @@ def verify_target(instance: dict[str, Any], model: str) -> dict[str, Any]:
         "model": model,
         "predicted_blocks": predicted_blocks(instance),
     }
+    load = verify_load([instance]) if with_load else None
+    if load:
+        target["load"] = load
+    return target
+
+
+def verify_load(instances: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The load verify sends through one endpoint to ``instances`` (each instance's planned
+    share summed), with the plan's prediction for it: throughput summed, latencies the slowest
+    member's. None when the plan predicted none (a plan from before the performance model)."""
+    found = [(i.get("performance") or {}).get("verify") for i in instances]
+    shares = [s for s in found if s is not None]
+    if not shares or len(shares) != len(found):
+        return None
+    return {
+        "requests": sum(s["requests"] for s in shares),
+        "concurrency": sum(s["concurrency"] for s in shares),
+        "input_len": min(s["input_len"] for s in shares),
+        "output_len": min(s["output_len"] for s in shares),
+        "predicted": {
+            "output_token_throughput": round(sum(s["output_token_throughput"] for s in shares), 2),
+            "ttft_ms": {q: max(s["ttft_ms"][q] for s in shares) for q in ("median", "p90")},
+            "tpot_ms": {q: max(s["tpot_ms"][q] for s in shares) for q in ("median", "p90")},
+        },
+        "calibration": shares[0].get("calibration"),
+    }
+
+
+# measured / predicted outside this band is flagged in verify's summary (the issue's target for
+# the local default: 0.67-1.5).
+LOAD_BAND = (0.67, 1.5)
+
+
+def compare_load(load: dict[str, Any] | None, measured: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Measured against predicted for verify's load: output tok/s, TTFT and TPOT medians, each
+    as {predicted, measured, ratio}, and whether every ratio lies in :data:`LOAD_BAND`."""
+    if not load or not measured or not load.get("predicted"):
+        return None
+    pred = load["predicted"]
+    out: dict[str, Any] = {"requests": measured.get("requests"), "failed": measured.get("failed"),
+                           "calibration": load.get("calibration")}  # fmt: skip
+    within = True
+    for key, p, m in (
+        ("output_token_throughput", pred["output_token_throughput"], measured.get("output_token_throughput")),
+        ("ttft_ms", pred["ttft_ms"]["median"], (measured.get("ttft_ms") or {}).get("median")),
+        ("tpot_ms", pred["tpot_ms"]["median"], (measured.get("tpot_ms") or {}).get("median")),
+    ):
+        ratio = round(m / p, 3) if m and p else None
+        out[key] = {"predicted": p, "measured": m, "ratio": ratio}
+        if key != "ttft_ms" and (ratio is None or not LOAD_BAND[0] <= ratio <= LOAD_BAND[1]):
+            within = False
+    out["within_band"] = within
+    return out
 
 
 def verify_rows(probes: list[dict[str, Any]], reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -416,6 +496,7 @@ def verify_rows(probes: list[dict[str, Any]], reports: list[dict[str, Any]]) -> 
     rows = []
     for probe in probes:
         row = dict(probe)
+        row["load"] = compare_load(probe.get("load"), probe.get("load_measured"))
         if probe.get("via") == "gateway":
             members = probe.get("instances")  # several models: the route's own instances
             kvs = [r["kv"] for r in reports if members is None or r["instance"] in members]

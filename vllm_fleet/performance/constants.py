@@ -14,11 +14,15 @@ from __future__ import annotations
 # 700 of 989 TFLOP/s on an H100 SXM for transformer shapes (NVIDIA's "GPU Performance
 # Background" guide and Transformer Engine's published GEMM sweeps), about 230-250 of 312 on
 # an A100 (MLPerf-era cuBLAS sweeps); GeForce/Ada parts run at lower clocks under load.
+# Inside a serving step the GEMMs are smaller (a TP shard's columns, a mixed batch of a few
+# thousand rows) and share the step with norms, rotary and sampling: the public dataset's
+# compute-bound runs put the step's whole linear part near 55 % of peak on H100 and 60 % on A100
+# (moved from cuBLAS's large-GEMM 0.70 / 0.75: GPUStack's Qwen3 and Lambda's A100 ITLs).
 GEMM_EFFICIENCY: dict[str, float] = {
-    "hopper": 0.70,
-    "blackwell": 0.65,
-    "ampere": 0.75,
-    "ada": 0.60,
+    "hopper": 0.55,
+    "blackwell": 0.55,
+    "ampere": 0.60,
+    "ada": 0.55,
     "turing": 0.60,
     "volta": 0.65,
     "cdna3": 0.45,  # MI300X: hipBLASLt reaches about 600 of 1,307 bf16 TFLOP/s (AMD ROCm blog, 2024)
@@ -36,8 +40,10 @@ GEMM_MIN_ROWS = 64
 # set to 0.75 against the public dataset's batch-4 H100 TPOT (GPUStack Qwen3-8B: 7.4 ms).
 HBM_EFFICIENCY = 0.75
 # Paged attention reading the KV cache in decode (FlashAttention / FlashInfer decode kernels:
-# about 70 % of bandwidth at long context, less at short: FlashInfer's paper, MLSys 2025).
-KV_READ_EFFICIENCY = 0.65
+# about 70 % of bandwidth at long context, less at short and with paged blocks of 16 tokens:
+# FlashInfer's paper, MLSys 2025); 0.55 for the batches of a few hundred short sequences
+# serving runs hold.
+KV_READ_EFFICIENCY = 0.55
 # Prefill attention (FlashAttention 2/3 forward, causal): 35-60 % of bf16 peak on H100
 # (FlashAttention-3 paper, 2024, Figure 5).
 PREFILL_ATTENTION_EFFICIENCY = 0.45
@@ -54,10 +60,21 @@ LINK_EFFICIENCY = {"nvlink": 0.75, "pcie": 0.70, "network": 0.80, "cpu": 0.50}
 # Across nodes: the node's NIC (gpu_facts' speed or vllm_fleet_nic_gbps).
 # PP: one send/receive of a micro-batch's hidden states per stage boundary.
 P2P_LATENCY_S = {"nvlink": 10e-6, "pcie": 20e-6, "network": 60e-6, "cpu": 50e-6}
-# Fused MoE kernels (vLLM's Triton fused_moe, its tuned configs): a share of what a dense GEMM
-# of the same bytes and FLOPs reaches, since each expert's slice is small and routed tokens are
-# gathered (vLLM's benchmark_moe sweeps; SGLang's fused-MoE tuning notes, 2024).
-MOE_EFFICIENCY = 0.5
+# Fused MoE kernels (vLLM's Triton fused_moe with its tuned configs) reach a share of what a
+# dense GEMM of the same bytes and FLOPs reaches that grows with the expert's width: narrow
+# experts (DeepSeek's and Qwen3's 1,536-2,048) are many small GEMMs over gathered tokens, wide
+# ones (Mixtral's 14,336) run close to dense (vLLM's benchmark_moe sweeps). The share is
+# MOE_EFFICIENCY_BASE + intermediate / MOE_EFFICIENCY_WIDTH, at most MOE_EFFICIENCY_MAX; set
+# against the public dataset's Mixtral (Lambda) and Qwen3-235B (GPUStack) ITLs.
+MOE_EFFICIENCY_BASE = 0.35
+MOE_EFFICIENCY_WIDTH = 16000.0
+MOE_EFFICIENCY_MAX = 0.90
+
+
+def moe_efficiency(intermediate: int) -> float:
+    return min(MOE_EFFICIENCY_MAX, MOE_EFFICIENCY_BASE + intermediate / MOE_EFFICIENCY_WIDTH)
+
+
 # Pipeline parallel: vLLM keeps one micro-batch per stage in flight (V1's batch queue), but
 # stages are not balanced to the microsecond and the engine schedules, samples and returns each
 # micro-batch serially: a pipeline reaches this share of its stages' combined speed. Set against
@@ -78,10 +95,19 @@ ALL2ALL_LATENCY_S = 40e-6
 #   a persistent batch, an engine core process, piecewise CUDA graphs).
 # The values were set against the public dataset's low-batch ITLs (make bench-perf).
 ENGINE_OVERHEAD: tuple[tuple[tuple[int, int], float, float], ...] = (
-    ((0, 0), 6.0e-3, 100e-6),
+    ((0, 0), 6.0e-3, 60e-6),
     ((0, 6), 4.0e-3, 20e-6),
     ((0, 8), 1.0e-3, 6e-6),
 )
+
+
+# The engine's Python runs on the host's CPU: hosts sold with a GPU generation differ in
+# single-thread speed (A100 systems: Zen 2 / Ice Lake; H100 and later: Sapphire Rapids / Genoa,
+# about 1.6-1.8x faster per thread in SPECint). The engine's time is divided by this factor;
+# the public dataset's Lambda runs show it: at the same release, batch and TP=8, Mistral-7B's
+# median ITL is 39.9 ms on A100 hosts and 21.6 ms on H100 hosts.
+HOST_SPEED: dict[str, float] = {"hopper": 1.0, "blackwell": 1.0, "cdna3": 1.0, "ada": 0.8, "ampere": 0.6,
+                                "turing": 0.6, "volta": 0.6}  # fmt: skip
 
 
 def engine_overhead(version: str) -> tuple[float, float]:
@@ -98,6 +124,12 @@ def engine_overhead(version: str) -> tuple[float, float]:
     return chosen[1], chosen[2]
 
 
+# A request's own path outside the engine's steps before its first token: the HTTP server,
+# tokenization, the hop to the engine core and back, the first token's detokenization and
+# stream. The public dataset's lowest-load TTFTs: 60 ms for Qwen3-8B's ~220-token prompts at 4
+# clients on H100 (GPUStack), 53 ms for 256-token prompts on an RTX 4090, where the prefill
+# itself takes 7-40 ms.
+REQUEST_OVERHEAD_S = 0.030
 # Without CUDA graphs (--enforce-eager, or batches above the largest captured size) every
 # kernel is launched from Python: about this much per layer and step.
 EAGER_LAYER_S = 45e-6
@@ -105,12 +137,15 @@ EAGER_LAYER_S = 45e-6
 # vLLM 0.11; capped at 2 x max_num_seqs).
 CUDA_GRAPH_MAX_BATCH = 512
 
-# vLLM's CPU build (tests: the local default, measured by verify): torch's eager kernels under
-# oneDNN plus the Python engine loop per step, and per layer; calibrated on this project's
-# local default (tiny-llama, 2 cores), see docs/planner.md "How a layout is chosen".
-CPU_STEP_OVERHEAD_S = 6e-3
-CPU_LAYER_S = 0.6e-3
-CPU_SEQ_OVERHEAD_S = 0.15e-3
+# vLLM's CPU build: the engine loop per step, per layer (torch's eager kernels under oneDNN)
+# and per running sequence, and a request's own path. Measured on this project's local default
+# (tiny-llama, vLLM 0.32.0's CPU build, 2 cores of an AMD EPYC with AVX-512 BF16, 2026-12-07):
+# TPOT 1.96 ms alone, 3.26 ms with 8 clients and 4.42 ms with 32; TTFT 12.7 ms for a lone
+# 1,024-token prompt.
+CPU_STEP_OVERHEAD_S = 1.6e-3
+CPU_LAYER_S = 0.08e-3
+CPU_SEQ_OVERHEAD_S = 0.08e-3
+CPU_REQUEST_OVERHEAD_S = 0.004
 
 # --- The band ------------------------------------------------------------------------
 # measured / predicted on the public dataset (make bench-perf): p10 and p90 of the ratio for
@@ -130,3 +165,10 @@ DEFAULT_OUTPUT_LEN = 256
 # 20 tokens/s per user (TPOT p90 <= 50 ms) and the first token within 2 s at p90.
 DEFAULT_TPOT_P90_MS = 50.0
 DEFAULT_TTFT_P90_MS = 2000.0
+
+# --- Verify's bounded load --------------------------------------------------------------
+# verify sends this load through the gateway, shaped like the workload, and compares what comes
+# back with the plan's prediction for it: a few dozen requests at most.
+VERIFY_CLIENTS_PER_INSTANCE = 2
+VERIFY_REQUESTS_PER_CLIENT = 4
+VERIFY_MAX_CLIENTS = 16

@@ -27,6 +27,7 @@ from vllm_fleet.accounting.memory import Estimate
 from vllm_fleet.model.spec import ModelSpec
 from vllm_fleet.performance import constants as C
 from vllm_fleet.performance.hardware import Accelerator
+from vllm_fleet.performance.workload import Calibration
 
 ATTENTION_LAYERS = ("full", "sliding", "chunked", "parallel")
 
@@ -160,9 +161,14 @@ class StepModel:
         links: Links,
         cpu: bool = False,
         imbalance: float = 1.0,
+        calibration: Calibration | None = None,
     ) -> None:
+        self.calibration = calibration or Calibration()
         self.spec, self.est, self.acc, self.links, self.cpu = spec, est, acc, links, cpu
         self.imbalance = imbalance
+        self.host_speed = C.HOST_SPEED.get(arch, 0.8)
+        # What a request spends outside the engine's steps before its first token.
+        self.request_overhead = (C.CPU_REQUEST_OVERHEAD_S if cpu else C.REQUEST_OVERHEAD_S) / self.host_speed
         self.shape = model_shape(spec)
         self.tp = est.tensor_parallel_size
         self.pp = est.pipeline_parallel_size
@@ -195,7 +201,8 @@ class StepModel:
     # -- the parts ----------------------------------------------------------------------
 
     def _gemm(self, flops: float, weight_bytes: float, rows: float) -> tuple[float, float]:
-        padded = max(rows, C.GEMM_MIN_ROWS) / max(rows, 1.0)
+        # GPU tensor-core tiles have a minimum height; a CPU GEMM has no such floor.
+        padded = 1.0 if self.cpu else max(rows, C.GEMM_MIN_ROWS) / max(rows, 1.0)
         return flops * padded / self.gemm_flops, weight_bytes / self.hbm
 
     def _allreduce(self, tokens: float) -> float:
@@ -243,8 +250,9 @@ class StepModel:
                 routed = routed * self.dp / self.ep
             moe_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes
             moe_c, moe_m = self._gemm(routed, moe_bytes, tokens)
-            lin_c += moe_c / C.MOE_EFFICIENCY
-            lin_m += moe_m / C.MOE_EFFICIENCY
+            eff = C.moe_efficiency(self.spec.moe_intermediate_size)
+            lin_c += moe_c / eff
+            lin_m += moe_m / eff
         # Attention: the prefill's causal FLOPs, the decodes' KV reads (a sliding layer reads its window).
         attn_layers = s.attention_layers
         heads_width = s.q_width / self.tp
@@ -274,6 +282,7 @@ class StepModel:
         if self.pp > 1:
             # One micro-batch's pass; the engine's serial part bounds the pipeline's cycle.
             total = max(total * self.imbalance / C.PP_EFFICIENCY, self.pp * fixed)
+        total *= self.calibration.step_time
         overhead = total - (work + comm)
         return StepCost(total, compute, memory, comm, overhead)
 
@@ -285,4 +294,4 @@ class StepModel:
         eager = self.est.enforce_eager or tokens > C.CUDA_GRAPH_MAX_BATCH
         launches = C.EAGER_LAYER_S * s.layers if eager else 0.0
         fixed, per_seq = C.engine_overhead(self.est.vllm_version)
-        return fixed + per_seq * seqs, launches
+        return (fixed + per_seq * seqs) / self.host_speed, launches

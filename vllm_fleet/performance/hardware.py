@@ -118,12 +118,12 @@ ACCELERATORS: dict[str, Accelerator] = {
 # A GPU the catalog does not know: its architecture's slowest common member, said in the plan.
 BY_ARCH: dict[int, str] = {70: "v100-16g", 75: "t4", 80: "a100-40g", 86: "a10", 89: "l4", 90: "h100-pcie", 100: "b200"}
 
-# The CPU build: peak per core and cycle, and memory bandwidth per core (a DDR4/DDR5 channel
-# shared by a few cores), from the ISA the node reports. Calibrated on this project's own
-# local default (constants.CPU_*), not on public figures.
+# The CPU build: peak per core and cycle by ISA (vLLM's CPU build wants AVX-512; AMX on Sapphire
+# Rapids and later), and memory bandwidth per core (a DDR5 channel shared by a few cores). The
+# engine's own costs are constants.CPU_*, measured on the local default.
 CPU_FLOPS_PER_CYCLE = {"amx": 1024.0, "avx512": 64.0, "avx2": 32.0}
-CPU_GHZ = 2.5
-CPU_GBPS_PER_CORE = 6.0
+CPU_GHZ = 2.6
+CPU_GBPS_PER_CORE = 10.0
 
 
 def accelerator(device: Device) -> tuple[Accelerator, str]:
@@ -137,7 +137,7 @@ def accelerator(device: Device) -> tuple[Accelerator, str]:
     return stand_in, f"{device.name}: no roofline figures in the catalog; predicted as a {stand_in.name}"
 
 
-def cpu_accelerator(cores: int, isa: str = "avx2") -> Accelerator:
+def cpu_accelerator(cores: int, isa: str = "avx512") -> Accelerator:
     """The CPU build's roofline: ``cores`` at :data:`CPU_GHZ`, its ISA's FMA width."""
     per_cycle = CPU_FLOPS_PER_CYCLE.get(isa, CPU_FLOPS_PER_CYCLE["avx2"])
     tflops = cores * CPU_GHZ * per_cycle / 1000

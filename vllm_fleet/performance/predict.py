@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vllm_fleet.accounting.memory import Estimate
 from vllm_fleet.accounting.settings import Device
@@ -11,7 +11,7 @@ from vllm_fleet.model.spec import ModelSpec
 from vllm_fleet.performance.costs import Links, StepModel
 from vllm_fleet.performance.hardware import Accelerator, accelerator, cpu_accelerator
 from vllm_fleet.performance.serving import Limits, Prediction, Server
-from vllm_fleet.performance.workload import Workload
+from vllm_fleet.performance.workload import Calibration, Workload
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class Placement:
     # PP: the largest stage's layers over the mean (an uneven VLLM_PP_LAYER_PARTITION paces the
     # pipeline by its largest stage).
     stage_imbalance: float = 1.0
+    # The cluster's own speed from a verify run (vllm_fleet_calibration).
+    calibration: Calibration = field(default_factory=Calibration)
 
 
 def _arch(device: Device) -> str:
@@ -60,7 +62,10 @@ def server_for(spec: ModelSpec, est: Estimate, device: Device, place: Placement 
     else:
         acc, _ = accelerator(device)
         arch = _arch(device)
-    model = StepModel(spec, est, acc, arch, _links(acc, place, cpu), cpu=cpu, imbalance=place.stage_imbalance)
+    model = StepModel(
+        spec, est, acc, arch, _links(acc, place, cpu), cpu=cpu, imbalance=place.stage_imbalance,
+        calibration=place.calibration,
+    )  # fmt: skip
     limits = Limits(
         kv_tokens=max(est.kv_cache_tokens, 1),
         max_num_seqs=est.max_num_seqs,

@@ -205,7 +205,7 @@ class Server:
             request_throughput=total_x,
             output_token_throughput=total_x * out_mean,
             total_token_throughput=total_x * (w.input_len + out_mean),
-            ttft_ms=Spread(*quantiles(run.ttft)).scaled(1000),
+            ttft_ms=Spread(*quantiles(run.ttft)).scaled(1000 * self.model.calibration.ttft),
             tpot_ms=Spread(*quantiles(run.tpot)).scaled(1000),
             itl_ms=Spread(*quantiles([t for t, _ in run.itl], [k for _, k in run.itl])).scaled(1000),
             batch=run.mean_batch * self.dp,
@@ -285,16 +285,16 @@ class Server:
         grows over the run's num_prompts."""
         if rate >= x_max:
             st = self._steady(cap, w)
-            prompt = self._prompt_time(st, w) + st.mean_step / 2
+            prompt = self._prompt_time(st, w) + st.mean_step / 2 + self.model.request_overhead
             n = w.num_prompts / self.dp
             grow = n / 2 * (1 / x_max - 1 / rate) if rate > 0 else 0.0
-            return st, x_max, self._ttft_spread(prompt, grow, 1.0, w)
+            return st, x_max, self._ttft_spread(prompt, grow, 1.0, w).scaled(self.model.calibration.ttft)
         batch = 1.0
         st = self._steady(batch, w)
         for _ in range(12):
             batch = min(cap, max(rate * (max(w.output_len - 1, 0) * st.mean_step), 1e-3))
             st = self._steady(batch, w)
-        prompt = self._prompt_time(st, w) + st.mean_step / 2
+        prompt = self._prompt_time(st, w) + st.mean_step / 2 + self.model.request_overhead
         rho = min(st.rho, 0.97)
         queue = rho / (2 * (1 - rho)) * self._prompt_time(st, w)
-        return st, rate, self._ttft_spread(prompt, queue, rho, w)
+        return st, rate, self._ttft_spread(prompt, queue, rho, w).scaled(self.model.calibration.ttft)

@@ -159,7 +159,7 @@ def simulate(
             done.append(r)
             if free_clients is not None:
                 free_clients += 1
-    ttft = [r.first - r.sent for r in done]
+    ttft = [r.first - r.sent + model.request_overhead for r in done]
     tpot = [(r.end - r.first) / (r.out - 1) for r in done if r.out > 1]
     start = min((r.sent for r in done), default=0.0)
     span = now - start

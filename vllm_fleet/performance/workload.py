@@ -167,6 +167,24 @@ def _read(keys: tuple[Key, ...], raw: Any, field: str) -> dict[str, Any]:
     return out
 
 
+CALIBRATION_KEYS: tuple[Key, ...] = (
+    Key("step_time", "--calibration", float, "measured / predicted time of an engine step", 100.0, ("plan",)),
+    Key("ttft", "--calibration", float, "measured / predicted time to first token", 100.0, ("plan",)),
+)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Factors on the model's predictions from the cluster's own verify run (1: the model as is)."""
+
+    step_time: float = 1.0
+    ttft: float = 1.0
+
+
+def calibration_from(raw: Any, field: str = "vllm_fleet_calibration") -> Calibration:
+    return Calibration(**_read(CALIBRATION_KEYS, raw, field))
+
+
 def workload_from(raw: Any, field: str = "vllm_fleet_workload") -> Workload:
     """A checked :class:`Workload` from an inventory mapping (or the CLI's flags)."""
     values = _read(WORKLOAD_KEYS, raw, field)

@@ -18,10 +18,11 @@ from typing import Any
 
 from vllm_fleet.accounting.memory import Estimate
 from vllm_fleet.model.spec import ModelSpec
+from vllm_fleet.performance import constants as C
 from vllm_fleet.performance.hardware import accelerator
 from vllm_fleet.performance.predict import Placement, server_for
 from vllm_fleet.performance.serving import Prediction, Server
-from vllm_fleet.performance.workload import Slo, Workload
+from vllm_fleet.performance.workload import Calibration, Slo, Workload
 from vllm_fleet.planning.cluster import Node
 
 SEARCH_STEPS = 18
@@ -53,7 +54,9 @@ class ClusterPerf:
         }
 
 
-def placement_of(inst: list[tuple[Node, int]], tp: int, partition: list[int] | None = None) -> Placement:
+def placement_of(
+    inst: list[tuple[Node, int]], tp: int, partition: list[int] | None = None, calibration: Calibration | None = None
+) -> Placement:
     nodes = list(dict.fromkeys(n.name for n, _ in inst))
     first = inst[0][0]
     parts = [p for p in partition or [] if p > 0]
@@ -64,6 +67,7 @@ def placement_of(inst: list[tuple[Node, int]], tp: int, partition: list[int] | N
         nic_gbps=min(n.nic_gbps for n, _ in inst),
         tp_across_nodes=tp > first.gpu_count,
         cpu_cores=first.cpu_cores,
+        calibration=calibration or Calibration(),
     )
 
 
@@ -94,12 +98,13 @@ class Evaluator:
     """Predictions of candidates, cached per (estimate, placement): identical instances of a
     layout are costed once."""
 
-    def __init__(self, spec: ModelSpec, workload: Workload, slo: Slo) -> None:
+    def __init__(self, spec: ModelSpec, workload: Workload, slo: Slo, calibration: Calibration | None = None) -> None:
         self.spec, self.workload, self.slo = spec, workload, slo
+        self.calibration = calibration or Calibration()
         self._cache: dict[tuple[int, Placement], InstancePerf] = {}
 
     def instance(self, est: Estimate, inst: list[tuple[Node, int]]) -> InstancePerf:
-        place = placement_of(inst, est.tensor_parallel_size, est.layer_partition)
+        place = placement_of(inst, est.tensor_parallel_size, est.layer_partition, self.calibration)
         key = (id(est), place)
         if key not in self._cache:
             # A pipeline runs at its slowest stage's pace: mixed GPUs are costed as the slowest.
@@ -158,3 +163,27 @@ class Evaluator:
             response = sum(times) / len(times)
             rate = min(clients / response if response > 0 else total, total * 0.999)
         return rate
+
+
+def verify_load(perf: InstancePerf, workload: Workload, max_model_len: int) -> dict[str, Any]:
+    """The bounded load verify sends to one instance (its share of the gateway's), and what the
+    plan predicts for it: the workload's lengths (within max_model_len), a few clients."""
+    out_len = max(1, min(workload.output_len, max_model_len // 2))
+    in_len = max(1, min(workload.input_len, max_model_len - out_len - 1))
+    clients = C.VERIFY_CLIENTS_PER_INSTANCE * max(perf.server.dp, 1)
+    requests = clients * C.VERIFY_REQUESTS_PER_CLIENT
+    load = Workload(in_len, out_len, requests, concurrency=clients)
+    pred = perf.server.predict(load)
+    return {
+        "requests": requests,
+        "concurrency": clients,
+        "input_len": in_len,
+        "output_len": out_len,
+        "output_token_throughput": round(pred.output_token_throughput, 2),
+        "ttft_ms": {"median": round(pred.ttft_ms.median, 2), "p90": round(pred.ttft_ms.p90, 2)},
+        "tpot_ms": {"median": round(pred.tpot_ms.median, 2), "p90": round(pred.tpot_ms.p90, 2)},
+        "calibration": {
+            "step_time": perf.server.model.calibration.step_time,
+            "ttft": perf.server.model.calibration.ttft,
+        },
+    }

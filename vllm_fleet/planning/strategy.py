@@ -34,12 +34,12 @@ from vllm_fleet.errors import NothingFitsError, PlanError
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
 from vllm_fleet.model.spec import ModelSpec
-from vllm_fleet.performance.workload import slo_from, workload_from
+from vllm_fleet.performance.workload import calibration_from, slo_from, workload_from
 from vllm_fleet.planning.checks import check_wishes, nodes_vllm_runs_on, valid_tps
 from vllm_fleet.planning.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.planning.executor import choose_executor
 from vllm_fleet.planning.instances import Candidate, instance_dict
-from vllm_fleet.planning.perf import Evaluator
+from vllm_fleet.planning.perf import Evaluator, verify_load
 from vllm_fleet.planning.rank import Ranking, rank
 from vllm_fleet.planning.wishes import ALL_STRATEGIES, Wishes
 from vllm_fleet.schema import values_of
@@ -60,7 +60,7 @@ class _Planner:
         self._cache: dict[tuple[Any, ...], Estimate] = {}
         self.workload = workload_from(wishes.workload)
         self.slo = slo_from(wishes.slo)
-        self.evaluator = Evaluator(spec, self.workload, self.slo.bound())
+        self.evaluator = Evaluator(spec, self.workload, self.slo.bound(), calibration_from(wishes.calibration))
         self.ranking: Ranking | None = None
         self.groups: dict[str, list[Node]] = {}
         for node in nodes:
@@ -607,8 +607,14 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
         for i, (est, inst) in enumerate(zip(best.estimates, best.instances, strict=True))
     ]
     shown: dict[int, dict[str, Any]] = {}  # one dict per distinct prediction, as memory
-    for inst_dict, pred in zip(instances, predictions, strict=True):
-        inst_dict["performance"] = shown.setdefault(id(pred), pred.to_dict())
+    loads: dict[int, dict[str, Any]] = {}  # verify's load, per distinct instance
+    for inst_dict, pred, perf in zip(instances, predictions, ranking.perfs[id(best)].instances, strict=True):
+        if id(pred) not in shown:
+            shown[id(pred)] = pred.to_dict()
+            if id(perf) not in loads:
+                loads[id(perf)] = verify_load(perf, planner.workload, int(inst_dict["max_model_len"]))
+            shown[id(pred)]["verify"] = loads[id(perf)]
+        inst_dict["performance"] = shown[id(pred)]
     last_port = max(i["port"] for i in instances)
     if last_port > 65535:
         crowded = max(ports, key=lambda n: ports[n])
