@@ -13,6 +13,8 @@
 #   make up / down   start test hosts (and the Docker Engine) and keep them / remove them
 #   make ssh NODE=node2   log into a test host
 #   make bench       accuracy against real vLLM logs and planner speed
+#   make bench-perf  the performance model against public vLLM benchmark results: throughput, TTFT, TPOT
+#                    errors and whether the chosen layout is the measured winner (seconds, no host)
 #   make bench-serve time to a verified completion of the local default, gateway overhead
 #   make bench-day2  rolling update, hung replica and scrape figures on the test hosts (about 10 min)
 #   make bench-routing  what the gateway (one model, and routing by model with njs) adds per request
@@ -35,7 +37,7 @@ NODE ?= node1
 STAMP := $(VENV)/.installed
 HOSTS := $(BIN)/python -m tests.hosts
 
-.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers docs lint up down ssh bench bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix bench-distribute collection dist clean
+.PHONY: setup run plan doctor test test-unit test-oracle check test-hosts test-extended test-containers docs lint up down ssh bench bench-perf bench-serve bench-scale bench-rerun bench-fanout bench-day2 bench-routing bench-prefix bench-distribute collection dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +102,10 @@ ssh: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python tests/bench/memory_accuracy.py
 	$(BIN)/python tests/bench/plan_speed.py
+
+# The performance model against public vLLM benchmark results (tests/datasets/vllm_perf_public.yaml).
+bench-perf: $(STAMP)
+	$(BIN)/python tests/bench/perf_accuracy.py
 
 bench-serve: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/serve_local.py

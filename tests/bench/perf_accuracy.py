@@ -180,13 +180,8 @@ def choice_cases(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         gpus = max(r["gpus"] for r in members)
 
-        def per_gpu(r: dict[str, Any], which: str) -> float:
-            value = (
-                r[which]["output_token_throughput"]
-                if which == "measured"
-                else r["predicted"]["output_token_throughput"]
-            )
-            return float(value) * gpus / r["gpus"]
+        def per_gpu(r: dict[str, Any], which: str, gpus: int = gpus) -> float:
+            return float(r[which]["output_token_throughput"]) * gpus / r["gpus"]
 
         bounds: list[float | None] = [None, *sorted({float(r["measured"]["tpot_ms"]) * 1.05 for r in members})]
         for bound in bounds:
@@ -222,11 +217,13 @@ def main(argv: list[str] | None = None) -> int:
             for k in FIGURES
         }
         gpus = entry["tensor_parallel_size"] * entry["pipeline_parallel_size"] * (entry.get("data_parallel_size") or 1)
-        rows.append({"id": entry["id"], "group": entry.get("group"), "gpus": gpus, "measured": measured,
+        v1 = tuple(int(p) for p in _version(entry).split(".")[:2]) >= (0, 8) if entry.get("vllm_version") else True
+        rows.append({"id": entry["id"], "group": entry.get("group"), "gpus": gpus, "measured": measured, "v1": v1,
                      "predicted": predicted, "ratio": ratio, "bound": pred.bound, "batch": pred.batch})  # fmt: skip
     summary = {}
     for key in FIGURES:
         ratios = [r["ratio"][key] for r in rows if r["ratio"][key]]
+        current = sorted(r["ratio"][key] for r in rows if r["ratio"][key] and r["v1"])
         errors = [abs(x - 1) for x in ratios]
         med, p90 = _stats(errors)
         ordered = sorted(ratios)
@@ -235,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
             if ordered
             else (0, 0)
         )
-        summary[key] = {"n": len(errors), "median_error": med, "p90_error": p90, "ratio_p10_p90": band}
+        summary[key] = {"n": len(errors), "median_error": med, "p90_error": p90, "ratio_p10_p90": band,
+                        "v1_n": len(current), "v1_ratio_p10_p90": (
+                            current[int(0.1 * len(current))], current[min(len(current) - 1, int(0.9 * len(current)))]
+                        ) if current else (0, 0)}  # fmt: skip
     cases = choice_cases(rows)
     agree = sum(1 for c in cases if c["ok"])
     if args.json:
@@ -254,18 +254,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(rows)} entries compared, {len(skipped)} skipped")
     for line in skipped:
         print(f"  skipped {line}")
-    print(f"\n{'figure':26} {'n':>4} {'median err':>11} {'p90 err':>9} {'meas/pred p10-p90':>19}")
+    print(f"\n{'figure':26} {'n':>4} {'median err':>11} {'p90 err':>9} {'meas/pred p10-p90':>19} {'V1 engine (n)':>18}")
     for key, s in summary.items():
         lo, hi = s["ratio_p10_p90"]
-        print(f"{key:26} {s['n']:>4} {s['median_error']:>10.1%} {s['p90_error']:>8.1%} {lo:>9.2f}-{hi:.2f}")
+        vlo, vhi = s["v1_ratio_p10_p90"]
+        print(f"{key:26} {s['n']:>4} {s['median_error']:>10.1%} {s['p90_error']:>8.1%} {lo:>9.2f}-{hi:.2f} "
+              f"{vlo:>9.2f}-{vhi:.2f} ({s['v1_n']})")  # fmt: skip
     print(f"\nlayout choice: {agree}/{len(cases)} (group, SLO) cases choose the measured winner within 5 %"
           + (f" ({agree / len(cases):.0%})" if cases else ""))  # fmt: skip
     for c in cases:
         if not c["ok"] or args.verbose:
             slo = "none" if c["slo_ms"] is None else f"<= {c['slo_ms']:.1f} ms"
-            print(
-                f"  {'ok  ' if c['ok'] else 'MISS'} {c['group']} (SLO {slo}): winner {c['winner']}, chosen {c['chosen']}"
-            )
+            mark = "ok  " if c["ok"] else "MISS"
+            print(f"  {mark} {c['group']} (SLO {slo}): winner {c['winner']}, chosen {c['chosen']}")
     return 0
 
 

@@ -10,6 +10,8 @@
 # 3. tests/gpu/serve_check.py: with vLLM (VLLM_PYTHON), real vllm serve through the vllm_server
 #    role with --load-format dummy for a few configs, predicted vs reported KV tokens; with only
 #    PyTorch, the CUDA context and the weights of each config on the device against the planner.
+# 4. tests/gpu/perf_check.py: GEMM, HBM and attention efficiency at vLLM's shapes (PyTorch only)
+#    beside the performance model's constants.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-./gpu-out}
@@ -66,6 +68,11 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   fi
 else
   say "SKIP no usable docker"
+fi
+if PYTHONPATH=. "$PY" tests/gpu/perf_check.py "$OUT" 2>&1 | tee "$OUT/perf_check.txt"; then
+  say "OK perf_check: GEMM, HBM and attention efficiency against the performance model's constants"
+else
+  say "FAIL perf_check (see perf_check.txt)"; status=1
 fi
 if PYTHONPATH=. "$PY" tests/gpu/serve_check.py "$OUT" 2>&1 | tee "$OUT/serve_check.txt"; then
   say "OK serve_check (see serve_check.txt)"

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES, ROOT, filter_plugins
-from vllm_fleet.deploy import deployment, records
+from vllm_fleet.deploy import deployment, records, serve
 from vllm_fleet.errors import PlanError
 from vllm_fleet.inventory import facts, interface
 from vllm_fleet.model.spec import load_model
@@ -348,6 +348,18 @@ def test_gateway_wish_and_verify_plan(
     assert verify == deployment.deployment_of(plan, settings)["verify"]
     assert (verify["from"], verify["gateway"]) == (verify_from, enabled)
     assert [t["endpoint"] for t in verify["targets"]] == targets
+    # One bounded load, through the gateway when there is one (else to each instance), with the
+    # plan's prediction for it: its requests are the instances' shares summed.
+    loaded = [t for t in verify["targets"] if t.get("load")]
+    assert [t["via"] for t in loaded] == (["gateway"] if enabled else ["direct"] * len(targets))
+    shares = [i["performance"]["verify"] for i in plan["instances"]]
+    for target in loaded:
+        load = target["load"]
+        members = shares if target["via"] == "gateway" else shares[:1]
+        assert load["requests"] == sum(s["requests"] for s in members) > 0
+        assert load["predicted"]["output_token_throughput"] == pytest.approx(
+            sum(s["output_token_throughput"] for s in members), abs=0.02
+        )
 
 
 def test_two_ray_instances_on_one_node_are_refused(eight_layers: Path) -> None:
@@ -634,3 +646,24 @@ def test_a_ray_gpu_count_that_is_not_a_number_names_the_variable(eight_layers: P
     settings = _settings(model=str(eight_layers), multinode_backend="ray")
     with pytest.raises(PlanError, match="ray_cluster_num_gpus: 'four' is not a whole number of GPUs"):
         records.node_record(plan, "node1", settings, {"role_vars": {"ray_cluster_num_gpus": "four"}})
+
+
+def test_verify_compares_the_measured_load_with_the_plan() -> None:
+    load = {
+        "predicted": {
+            "output_token_throughput": 100.0,
+            "ttft_ms": {"median": 50.0, "p90": 80.0},
+            "tpot_ms": {"median": 10.0, "p90": 12.0},
+        },
+        "calibration": {"step_time": 1.0, "ttft": 1.0},
+    }
+    near = {"requests": 8, "failed": 0, "output_token_throughput": 120.0, "ttft_ms": {"median": 200.0},
+            "tpot_ms": {"median": 9.0}}  # fmt: skip
+    row = serve.compare_load(load, near)
+    assert row is not None and row["within_band"]  # TTFT is shown, not judged
+    assert row["output_token_throughput"] == {"predicted": 100.0, "measured": 120.0, "ratio": 1.2}
+    far = dict(near, tpot_ms={"median": 20.0})
+    assert serve.compare_load(load, far)["within_band"] is False  # type: ignore[index]
+    assert serve.compare_load(None, near) is None and serve.compare_load(load, None) is None
+    table = serve.verify_table([{"endpoint": "gw:8080", "via": "gateway", "load": row}])
+    assert "120.0 / 100.0 (1.20)" in table and "8 (0 failed)" in table

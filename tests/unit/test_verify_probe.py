@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -250,3 +251,52 @@ def test_a_key_with_a_control_character_is_not_sent_nor_printed(capsys: pytest.C
 def test_auth_headers_refuse_control_characters() -> None:
     with pytest.raises(ValueError, match=r"^the API key holds a control character$"):
         probe.auth_headers("a\x01b")
+
+
+class _Streaming(_OpenAIish):
+    """/v1/completions with stream: one chunk a token (a few ms apart), then the usage chunk; it
+    records each prompt's length."""
+
+    prompts: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if self.path != "/v1/completions":
+            self._send(b"".join(line + b"\n\n" for line in [*self.stream, b"data: [DONE]"]), "text/event-stream")
+            return
+        if not body.get("stream"):
+            self._send(json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}).encode())
+            return
+        self.prompts.append(len(body["prompt"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for _ in range(body["max_tokens"]):
+            time.sleep(0.002)
+            self.wfile.write(b'data: {"choices": [{"text": "x"}]}\n\n')
+        usage = {"choices": [], "usage": {"completion_tokens": body["max_tokens"]}}
+        self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+
+
+def test_the_load_sends_its_requests_by_its_clients_and_measures_them() -> None:
+    for endpoint, _ in _serve_streaming():
+        load = {"requests": 6, "concurrency": 2, "input_len": 40, "output_len": 8}
+        result = probe.probe({"endpoint": endpoint, "via": "gateway", "model": "m", "load": load})
+        measured = result["load_measured"]
+        assert result["ok"] and measured["requests"] == 6 and measured["failed"] == 0
+        assert _Streaming.prompts == [40] * 6  # exact lengths: token ids
+        assert measured["tpot_ms"]["median"] >= 2.0 and measured["ttft_ms"]["median"] > 0
+        # 6 x 8 tokens over the run's wall time, by two clients: at most 2 x 1 token per 2 ms.
+        assert 0 < measured["output_token_throughput"] <= 1000
+
+
+def _serve_streaming() -> Iterator[tuple[str, list[str | None]]]:
+    _Streaming.prompts = []
+    seen: list[str | None] = []
+    handler = type("Handler", (_Streaming,), {"seen": seen})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{httpd.server_address[1]}", seen
+    httpd.shutdown()
+    httpd.server_close()

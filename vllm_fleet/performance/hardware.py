@@ -119,11 +119,12 @@ ACCELERATORS: dict[str, Accelerator] = {
 BY_ARCH: dict[int, str] = {70: "v100-16g", 75: "t4", 80: "a100-40g", 86: "a10", 89: "l4", 90: "h100-pcie", 100: "b200"}
 
 # The CPU build: peak per core and cycle by ISA (vLLM's CPU build wants AVX-512; AMX on Sapphire
-# Rapids and later), and memory bandwidth per core (a DDR5 channel shared by a few cores). The
-# engine's own costs are constants.CPU_*, measured on the local default.
+# Rapids and later), and memory bandwidth per core (tests/gpu/perf_check.py's CPU run on our 2-core
+# EPYC: 0.2 TFLOP/s of bf16 GEMM, 31 GB/s of copy, 2026-12-07). The engine's own costs are
+# constants.CPU_*, measured on the local default.
 CPU_FLOPS_PER_CYCLE = {"amx": 1024.0, "avx512": 64.0, "avx2": 32.0}
 CPU_GHZ = 2.6
-CPU_GBPS_PER_CORE = 10.0
+CPU_GBPS_PER_CORE = 15.0
 
 
 def accelerator(device: Device) -> tuple[Accelerator, str]:

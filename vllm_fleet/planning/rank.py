@@ -89,9 +89,15 @@ def rank(candidates: list[Candidate], evaluator: Evaluator, target: int | None, 
             lowest = min(e.max_model_len for e in c.estimates)
             why = f"it needs max_model_len lowered to {lowest:,}; {best.layout} keeps {full:,}"
         elif c in tied:
-            why = f"predicts the same within {TIE:.0%} ({_shown(c, perfs[id(c)], by_throughput)}) on " + (
-                f"{gpus(c)} GPUs, not {gpus(best)}" if gpus(c) != gpus(best) else "more hops or stages"
-            )
+            if gpus(c) != gpus(best):
+                on = f"on {gpus(c)} GPUs, not {gpus(best)}"
+            elif c.hops != best.hops:
+                on = f"with {c.hops} cross-node hop(s), not {best.hops}"
+            elif c.pp != best.pp:
+                on = f"with {c.pp} pipeline stages, not {best.pp}"
+            else:
+                on = f"with {_kv(c):,} KV tokens, not {_kv(best):,}"
+            why = f"predicts the same within {TIE:.0%} ({_shown(c, perfs[id(c)], by_throughput)}) {on}"
         else:
             why = f"predicts less: {_shown(c, perfs[id(c)], by_throughput)}; chosen {chosen}"
         reasons[id(c)] = f"fits, but {why}"
