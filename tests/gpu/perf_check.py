@@ -22,12 +22,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
+import torch
 
-from vllm_fleet.accounting.settings import Device  # noqa: E402
-from vllm_fleet.model.catalog import lookup_gpu  # noqa: E402
-from vllm_fleet.performance import constants as C  # noqa: E402
-from vllm_fleet.performance.hardware import accelerator  # noqa: E402
+from vllm_fleet.accounting.settings import Device
+from vllm_fleet.model.catalog import lookup_gpu
+from vllm_fleet.performance import constants as C
+from vllm_fleet.performance.hardware import accelerator
 
 
 def _timed(fn: Any, device: str, repeat: int = 20) -> float:
