@@ -400,3 +400,18 @@ def test_a_deployment_wide_option_is_no_models_own(key: str) -> None:
     one is refused with the inventory variable to set instead (it was planned, then dropped)."""
     with pytest.raises(PlanError, match=rf"\.{key}: is one value for the whole deployment.*vllm_fleet_{key}"):
         wishes_from_data([{"model": "Qwen/Qwen3-8B", key: "auto" if key == "multinode_backend" else "0.32.0"}])
+
+
+def test_a_models_request_rate_and_slo_set_its_replicas() -> None:
+    """Each model's own workload and SLO: the instances its rate takes at what one instance
+    serves within its SLO (the performance model), not the minimum."""
+    nodes = load_cluster(A800)
+    slo, rate = {"tpot_p90_ms": 40}, 12.0
+    wish = {"max_model_len": 8192, "options": {"workload": {"request_rate": rate}, "slo": slo}}
+    fp = _footprint(L8, nodes, **wish)
+    assert fp.slo_capacity > 0
+    result = allocate([ModelWish(L8, served_model_name="l8", **wish)], nodes)  # type: ignore[arg-type]
+    (model,) = result.models
+    assert len(model.instances) == -(-rate // fp.slo_capacity) > 1
+    alone = allocate([ModelWish(L8, served_model_name="l8", max_model_len=8192)], nodes)
+    assert len(alone.models[0].instances) == 1

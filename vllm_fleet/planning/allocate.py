@@ -10,7 +10,9 @@ this module only splits the cluster between models:
 2. Models are placed in priority order (higher first; ties: the larger footprint first, so
    that big instances are not left without a node), ``min_replicas`` instances each; then
    more instances, in the same order, up to each model's wish (``replicas``, or the instances
-   ``target_concurrency`` takes at the planner's max concurrency per instance) while GPUs remain.
+   ``target_concurrency`` takes at the planner's max concurrency per instance, or the instances
+   its ``workload``'s ``request_rate`` takes at the requests/s one instance serves within its
+   ``slo``, from the performance model) while GPUs remain.
 3. An instance's GPUs are explicit (node, GPU indices): a GPU belongs to one instance, unless
    the models on it set ``gpu_memory_share`` (then that share is the instance's
    ``gpu_memory_utilization``, and the shares on one GPU add up to at most
@@ -57,7 +59,7 @@ _KEYS = {
     "max_model_len": "context length",
     "target_concurrency": "requests at max_model_len to serve at once",
     "min_replicas": "instances it must get",
-    "replicas": "instances wished (default: from target_concurrency, else min_replicas)",
+    "replicas": "instances wished (default: from target_concurrency, else the workload's request_rate within the slo)",
     "priority": "higher is placed first",
     "gpu_memory_share": "fraction of each GPU, to share GPUs with other models",
     "gpu_memory_utilization": "as vllm serve's",
@@ -104,6 +106,8 @@ class Footprint:
     tensor_parallel_size: int
     pipeline_parallel_size: int
     max_concurrency: float
+    # Requests/s one instance serves within the model's SLO (the performance model; 0: none).
+    slo_capacity: float = 0.0
 
     @property
     def gpus(self) -> int:
@@ -423,6 +427,7 @@ def find_footprints(
                     inst["tensor_parallel_size"],
                     inst["pipeline_parallel_size"],
                     float(inst["memory"]["max_concurrency"]),
+                    float((inst.get("performance") or {}).get("slo_capacity") or 0.0),
                 )
             )
             break
@@ -522,6 +527,10 @@ def _wanted(wish: ModelWish, fp: Footprint) -> int:
         return wish.replicas
     if wish.target_concurrency is not None and fp.max_concurrency > 0:
         return max(wish.min_replicas, math.ceil(wish.target_concurrency / fp.max_concurrency))
+    rate = (wish.options.get("workload") or {}).get("request_rate")
+    if rate and fp.slo_capacity > 0:
+        # The model's own workload and SLO: enough instances to serve its rate within the SLO.
+        return max(wish.min_replicas, math.ceil(float(rate) / fp.slo_capacity))
     return max(wish.min_replicas, 1)
 
 

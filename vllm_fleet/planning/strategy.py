@@ -614,6 +614,7 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
             if id(perf) not in loads:
                 loads[id(perf)] = verify_load(perf, planner.workload, int(inst_dict["max_model_len"]))
             shown[id(pred)]["verify"] = loads[id(perf)]
+            shown[id(pred)]["slo_capacity"] = round(perf.capacity, 4)  # requests/s within the SLO
         inst_dict["performance"] = shown[id(pred)]
     last_port = max(i["port"] for i in instances)
     if last_port > 65535:
