@@ -145,6 +145,17 @@ def test_a_run_simulated_is_the_run_worked_by_hand() -> None:
     assert quantiles([1.0, 2.0, 3.0, 4.0]) == (2.5, 2.0, 4.0, 4.0)
 
 
+def test_a_full_cache_preempts_and_recomputes_but_every_request_ends() -> None:
+    _, _, server = _server("meta-llama/Llama-3.1-8B", max_model_len=8192)
+    model = server.model  # type: ignore[attr-defined]
+    w = Workload(100, 100, 4)
+    roomy = simulate(model, w, 4, kv_tokens=10**6, max_seqs=256, budget=8192)
+    tight = simulate(model, w, 4, kv_tokens=300, max_seqs=256, budget=8192)
+    assert roomy.preemptions == 0 and tight.preemptions > 0
+    assert tight.output_tokens == roomy.output_tokens == 400
+    assert tight.duration > roomy.duration  # the recomputed prompts and the smaller batch cost time
+
+
 # -- the layout chosen for what it serves ----------------------------------------------------
 
 

@@ -195,6 +195,8 @@ class Server:
             bound = cap_bound if (w.request_rate or 0) >= saturation else "arrivals"
         fallback = self._steady(min(cap, n), w)
         notes = []
+        if run.preemptions:
+            notes.append(f"the KV cache fills: {run.preemptions} preemption(s) in the run (vLLM recomputes them)")
         if w.load == "rate" and (w.request_rate or 0.0) >= saturation:
             notes.append(
                 f"{w.request_rate:g} requests/s is at or above saturation ({saturation:.2f}/s): the queue grows "

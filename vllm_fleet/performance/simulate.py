@@ -6,8 +6,10 @@ the longest outputs decoding almost alone, which with chat-like lengths costs a 
 the run. The simulation follows vLLM V1's scheduler: each step first gives every running
 sequence its token, then fills the token budget with waiting prompts in arrival order (a
 prompt may span steps: chunked prefill), admitting a request while ``max_num_seqs`` and the KV
-cache (its prompt's blocks) allow. Between two events (a prompt done, a request ended) the batch
-is constant, so the run costs one step evaluation per event, not per step.
+cache (its prompt's blocks) allow. When the running sequences' KV outgrows the cache, the
+newest are preempted (V1 recomputes them): back to the front of the queue, their prompt and
+generated tokens computed again once readmitted. Between two events (a prompt done, a request
+ended, the cache full) the batch is constant, so the run costs one step evaluation per event.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class RunResult:
     decode: StepCost | None
     mixed: StepCost | None
     output_tokens: int
+    preemptions: int = 0
 
 
 def _requests(w: Workload, n: int) -> list[_Request]:
@@ -80,6 +83,7 @@ def simulate(
     decode_cost = mixed_cost = None
     pp = model.pp
     guard = 0
+    preemptions = 0
 
     def arrive() -> None:
         nonlocal free_clients
@@ -142,6 +146,8 @@ def simulate(
                 steps = 1
             elif pending and clients is None and admissible:
                 steps = min(steps, max(1, math.ceil((pending[0].sent - now) / cost.total)))
+            # The batch's KV grows a token a sequence a step: stop where the cache fills.
+            steps = max(1, min(steps, int((kv_tokens - used) // len(decoding))))
         now += cost.total * steps
         batch_time += len(decoding) * cost.total * steps
         if decoding:
@@ -150,7 +156,8 @@ def simulate(
             r.left -= steps
             r.held += steps
         for r in finishing:
-            r.first = now
+            if r.first < 0:  # a preempted request's recompute produces no first token again
+                r.first = now
             r.left -= 1
             r.held += 1
         for r in [r for r in running if r.prompt <= 0 and r.left <= 0]:
@@ -159,12 +166,23 @@ def simulate(
             done.append(r)
             if free_clients is not None:
                 free_clients += 1
+        # A full cache preempts the newest requests (vLLM V1: recompute): they go back to the
+        # front of the queue and compute their prompt and tokens again when readmitted.
+        used = sum(r.held for r in running)
+        while used > kv_tokens and len(running) > 1:
+            victim = running.pop()
+            used -= victim.held
+            victim.prompt, victim.held = max(victim.held - prefix, 1.0), 0.0
+            queue.insert(0, victim)
+            preemptions += 1
     ttft = [r.first - r.sent + model.request_overhead for r in done]
     tpot = [(r.end - r.first) / (r.out - 1) for r in done if r.out > 1]
     start = min((r.sent for r in done), default=0.0)
     span = now - start
     tokens = sum(r.out for r in done)
-    return RunResult(span, ttft, tpot, itl, batch_time / span if span else 0.0, decode_cost, mixed_cost, tokens)
+    return RunResult(
+        span, ttft, tpot, itl, batch_time / span if span else 0.0, decode_cost, mixed_cost, tokens, preemptions
+    )
 
 
 def quantiles(values: list[float], weights: list[float] | None = None) -> tuple[float, float, float, float]:
