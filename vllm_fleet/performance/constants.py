@@ -171,7 +171,9 @@ DEFAULT_TTFT_P90_MS = 2000.0
 
 # --- Verify's bounded load --------------------------------------------------------------
 # verify sends this load through the gateway, shaped like the workload, and compares what comes
-# back with the plan's prediction for it: a few dozen requests at most.
-VERIFY_CLIENTS_PER_INSTANCE = 2
+# back with the plan's prediction for it: a few requests an instance, one client each, so that a
+# measurement never pushes a small replica into its watchdog's restart (on our test hosts, one
+# core a replica, two clients each sent a replica's /health past the watchdog's limit once).
+VERIFY_CLIENTS_PER_INSTANCE = 1
 VERIFY_REQUESTS_PER_CLIENT = 4
 VERIFY_MAX_CLIENTS = 16
