@@ -1,8 +1,9 @@
 """``vllm-fleet``: estimate one instance's memory, plan a cluster (and preview a change), or check its nodes (doctor).
 
-Exit codes: 0 success, 2 bad input or nothing fits (one line on stderr
-naming the field and the fix); doctor: 1 when a check fails; status: 1 when an
-instance is unhealthy.
+Exit codes: 0 success; 2 bad input, or a request vLLM itself refuses (one line on stderr
+naming the field and the fix); 3 the request does not fit (estimate: the table says why;
+plan: no layout fits, one line with what would); doctor: 1 when a check fails; status: 1 when
+an instance is unhealthy.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from vllm_fleet.accounting.settings import MAX_GPU_MEMORY_GIB, Device, Settings
 from vllm_fleet.accounting.unified import estimate_cudagraphs
 from vllm_fleet.deploy import deployment, records
 from vllm_fleet.deploy.rayserve import serve_config
-from vllm_fleet.errors import PlanError, for_cli
+from vllm_fleet.errors import DoesNotFitError, PlanError, for_cli
 from vllm_fleet.inventory import interface
 from vllm_fleet.kube.options import FLAGS as KUBE_FLAGS
 from vllm_fleet.model.catalog import GPUS, MODELS, lookup_gpu
@@ -45,6 +46,7 @@ from vllm_fleet.performance.workload import add_flags as workload_flags
 from vllm_fleet.performance.workload import from_args as workload_args
 from vllm_fleet.performance.workload import workload_from
 from vllm_fleet.planning.allocate import allocate, combined_plan, load_wishes, render_allocation
+from vllm_fleet.planning.checks import check_block_size, check_release
 from vllm_fleet.planning.strategy import Wishes, load_cluster, plan_cluster
 from vllm_fleet.planning.table import render_estimate, render_performance, render_plan
 
@@ -202,6 +204,10 @@ def _given(args: argparse.Namespace, names: Sequence[str] | None = None) -> dict
         if value is not None:
             out[d.name] = value
     return out
+
+
+# estimate and plan: the request is valid but does not fit these GPUs.
+EXIT_DOES_NOT_FIT = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -416,6 +422,8 @@ def run_estimate(args: argparse.Namespace) -> int:
         raise refusal
     if settings.max_model_len:
         check_max_model_len(spec, settings.max_model_len, dict(args.env))
+    newer = check_release(settings.vllm_version)
+    check_block_size(spec, {device.kind}, settings.block_size, settings.vllm_version)
     nvlink = args.nvlink
     if nvlink is None:
         gpu = lookup_gpu(args.gpu) if args.gpu else None
@@ -425,10 +433,14 @@ def run_estimate(args: argparse.Namespace) -> int:
     # The whole instance's service under the workload (offline without a load flag).
     perf = predict(spec, est, device, workload_from(asked, "--input-len"), Placement(nvlink=nvlink))
     if args.json:
-        print(json.dumps({**est.to_dict(), "performance": perf.to_dict()}, indent=2))
+        print(json.dumps({**est.to_dict(), "performance": perf.to_dict(), "warnings": [newer] if newer else []},
+                         indent=2))  # fmt: skip
     else:
         print(render_estimate(est) + "\n" + render_performance(perf))
-    return 0
+        if newer:
+            print(f"warning: {newer}")
+    # A request that does not fit is no success: scripts tell it from one by the exit code.
+    return 0 if est.fits else EXIT_DOES_NOT_FIT
 
 
 def _wishes(args: argparse.Namespace) -> dict[str, Any]:
@@ -660,6 +672,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sm = f"sm_{gpu.capability}" if gpu.device == "cuda" else ""
                 print(f"{gpu.name:14} {gpu.memory_gib:8.2f} GiB  {gpu.arch:10} {sm:7} {links}".rstrip())
             return 0
+    except DoesNotFitError as err:
+        print(f"vllm-fleet {args.command}: error: {for_cli(err)}", file=sys.stderr)
+        return EXIT_DOES_NOT_FIT
     except PlanError as err:
         print(f"vllm-fleet {args.command}: error: {for_cli(err)}", file=sys.stderr)
         return 2

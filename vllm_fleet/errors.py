@@ -34,6 +34,11 @@ class NothingFitsError(PlanError):
     """Raised when no layout of the model fits the cluster."""
 
 
+class DoesNotFitError(NothingFitsError):
+    """A valid request that needs more memory than these GPUs give (the CLI's exit 3), as
+    opposed to a forced layout these nodes cannot have (a bad input: exit 2)."""
+
+
 # One input, two names: the ``vllm-fleet`` flag and the inventory variable. Refusals are
 # raised with the flag (or the bare wish name); the edges rename them: the CLI prints
 # flags (:func:`for_cli`), the Ansible filters print inventory variables (:func:`for_inventory`).

@@ -68,7 +68,9 @@ def _version(entry: dict[str, Any]) -> tuple[str, str | None]:
     engine = str(entry.get("engine") or "").lower() or None
     note = str(entry.get("vllm_version_note") or "")
     if version:
-        return str(version).split("+")[0].replace(".dev", ".").split("rc")[0], engine
+        # The release a build belongs to: 0.6.3.post2.dev114+rocm is 0.6.3 (estimate takes releases only).
+        numbers = str(version).split("+")[0].split("rc")[0].split(".dev")[0].split(".post")[0].split(".")[:3]
+        return ".".join(numbers), engine
     for token in note.replace("~", " ").replace("(", " ").replace(",", " ").split():
         token = token.lstrip("v")
         parts = token.split(".")
@@ -226,7 +228,8 @@ def _run_entry(entry: dict[str, Any], models: dict[str, Any], folder: str | None
     except Exception as exc:  # a model the planner lacks a feature for is a finding, not a crash
         row["not_modelled"] = f"{type(exc).__name__}: {exc}"
         return row
-    if code != 0:
+    # Exit 3: the estimate does not fit (a real log with a failed start, say); its JSON is printed.
+    if code not in (0, 3):
         message = err.getvalue().strip().splitlines()
         if entry.get("family"):  # the families file: the planner refusing the model is what the bench measures
             row["not_modelled"] = message[0] if message else f"exit code {code}"

@@ -160,14 +160,14 @@ def test_not_everything_fits_names_the_models_and_what_fits() -> None:
         allocate(swapped, nodes)
 
 
-def test_cli_exit_2_on_what_does_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exit_3_on_what_does_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     models = tmp_path / "models.yml"
     models.write_text(
         yaml.safe_dump(
             {"vllm_fleet_models": [{"model": L8, "max_model_len": 8192, "min_replicas": 17, "served_model_name": "m"}]}
         )
     )
-    assert cli.main(["plan", "--models", str(models), "--cluster", str(A800)]) == 2
+    assert cli.main(["plan", "--models", str(models), "--cluster", str(A800)]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "vllm_fleet_models:" in err and "lower min_replicas of m to 16" in err
 

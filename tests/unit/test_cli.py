@@ -149,10 +149,11 @@ def test_plan_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.startswith("Plan for Qwen/Qwen2.5-72B-Instruct") and "Rejected layouts:" in out
 
 
-def test_plan_nothing_fits_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_nothing_fits_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Does not fit: its own exit code (3), not a bad input's (2), so scripts tell them apart."""
     cluster = tmp_path / "c.yml"
     cluster.write_text("nodes:\n  - {name: small, gpu: T4, gpu_count: 1}\n")
-    assert main(["plan", "--cluster", str(cluster), "--model", "meta-llama/Llama-3.1-405B"]) == 2
+    assert main(["plan", "--cluster", str(cluster), "--model", "meta-llama/Llama-3.1-405B"]) == 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "no layout fits meta-llama/Llama-3.1-405B" in err and "fix:" in err

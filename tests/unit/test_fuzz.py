@@ -213,11 +213,12 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
 
 
 def _check(argv: list[str]) -> tuple[int, Any]:
-    """Exit 0 with JSON, or exit 2 with exactly one stderr line; the parsed JSON or None."""
+    """Exit 0 with JSON; exit 2 with exactly one stderr line; exit 3 (does not fit): estimate's
+    JSON, or plan's one stderr line. The parsed JSON or None."""
     code, out, err = _run(argv)
     event(f"exit {code}")  # pytest --hypothesis-show-statistics shows how many plans and refusals ran
-    assert code in (0, 2), (argv, code, err)
-    if code == 2:
+    assert code in (0, 2, 3), (argv, code, err)
+    if code == 2 or (code == 3 and not out):
         lines = err.splitlines()
         assert len(lines) == 1 and ": error: " in lines[0], (argv, err)
         assert "Traceback" not in err
@@ -225,6 +226,7 @@ def _check(argv: list[str]) -> tuple[int, Any]:
     assert err == "", (argv, err)
     data = json.loads(out)
     json.dumps(data, allow_nan=False)  # no NaN or infinity anywhere in what is printed
+    assert (code == 3) == (data.get("fits") is False), (argv, code)
     return code, data
 
 

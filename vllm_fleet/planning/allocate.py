@@ -36,7 +36,7 @@ from vllm_fleet import coerce, schema
 from vllm_fleet.accounting.base import CURRENT_VLLM
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.accounting.settings import LIMITS
-from vllm_fleet.errors import NothingFitsError, PlanError
+from vllm_fleet.errors import DoesNotFitError, NothingFitsError, PlanError
 from vllm_fleet.model.spec import ModelSpec, load_model
 from vllm_fleet.names import check_served_name
 from vllm_fleet.planning.cluster import Node, _UniqueKeyLoader
@@ -563,7 +563,7 @@ def allocate(models: list[ModelWish], nodes: list[Node], base: Mapping[str, Any]
             raise PlanError(where, f"{err.field}: {err.problem}", err.fix) from err
         if not footprints:
             reasons = "; ".join(f"on {d['gpu']}: {d['reason']}" for d in denied if d["layout"] == "any")
-            raise NothingFitsError(
+            raise DoesNotFitError(
                 where,
                 f"fits on no GPU type of the cluster ({reasons})",
                 "set a lower max_model_len or a quantization for it, or add larger GPUs",
@@ -632,7 +632,7 @@ def allocate(models: list[ModelWish], nodes: list[Node], base: Mapping[str, Any]
 
 def _does_not_fit(
     allocations: list[ModelAllocation], short: list[tuple[ModelAllocation, Footprint]], gpus: _Gpus
-) -> PlanError:
+) -> DoesNotFitError:
     lacking = {id(a) for a, _ in short}
     fits = ", ".join(f"{a.name} x{len(a.instances)}" for a in allocations if id(a) not in lacking) or "nothing"
     missing = []
@@ -647,7 +647,7 @@ def _does_not_fit(
     if others:
         fixes.append(f"lower min_replicas of {', '.join(others)}")
     fixes.append("lower the priority of a model that fits, drop a model, or add a node")
-    return PlanError(
+    return DoesNotFitError(
         FIELD,
         f"the cluster cannot hold every model at its minimum: fits: {fits}; does not fit: {'; '.join(missing)}",
         ", or ".join(fixes),

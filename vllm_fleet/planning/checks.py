@@ -3,9 +3,12 @@ TP sizes a model shards into."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from typing import Any
 
 from vllm_fleet import coerce
+from vllm_fleet.accounting.base import CURRENT_VLLM, OLDEST_KNOWN_VLLM, known_release, parse_version
 from vllm_fleet.accounting.memory import kv_heads_shard
 from vllm_fleet.accounting.refusal import vllm_refusal
 from vllm_fleet.errors import NothingFitsError, PlanError
@@ -30,6 +33,59 @@ def valid_tps(spec: ModelSpec, max_tp: int) -> list[int]:
     return out
 
 
+# A vLLM release as PyPI and the image tags write it: 0.32.0, v0.32.0, 0.32, 0.32.0rc1, 0.32.0.post1.
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:rc\d+|\.post\d+|\.dev\d+)?")
+
+
+def check_release(text: Any, field: str = "--vllm-version") -> str | None:
+    """A release the planner knows: refused (PlanError) when ``text`` is no release (garbage,
+    empty, a version followed by a word) or older than the oldest accounting the planner has; a
+    newer one is planned with the newest accounting, and the warning saying so is returned."""
+    raw = text.strip() if isinstance(text, str) else ""
+    match = _RELEASE.fullmatch(raw)
+    if match is None:
+        raise PlanError(field, f"{text!r} is not a vLLM release", f"a release such as {CURRENT_VLLM}")
+    if (int(match[1]), int(match[2])) < parse_version(OLDEST_KNOWN_VLLM):
+        raise PlanError(
+            field,
+            f"vLLM {raw} is older than the oldest release the planner has accounting for ({OLDEST_KNOWN_VLLM})",
+            f"plan a release from {OLDEST_KNOWN_VLLM} to {CURRENT_VLLM}",
+        )
+    return known_release(raw)
+
+
+# vLLM 0.32's attention backends and the block sizes they take (read in its
+# v1/attention/backends: get_supported_kernel_block_sizes): on CUDA every backend a dense or MLA
+# model selects takes multiples of 16 (none left: "No valid attention backend found"), sparse MLA
+# (DeepSeek V3.2's indexer) multiples of 64; the CPU build's CPU_ATTN multiples of 32 ("No common
+# block size for 16 (CPU_ATTN: [MultipleOf(32)])", at the KV cache's initialisation; its MLA
+# backend overrides the value instead). Checked for the release they were read in and later.
+BLOCK_SIZE_RULES_FROM = (0, 32)
+
+
+def block_size_multiple(spec: ModelSpec, device_kind: str) -> int | None:
+    """The multiple vLLM's attention backends need ``--block-size`` to be on ``device_kind``
+    for ``spec``; None where vLLM adjusts the value itself (the CPU build's MLA)."""
+    if device_kind == "cpu":
+        return None if spec.kv_lora_rank else 32
+    return 64 if spec.index_topk else 16
+
+
+def check_block_size(spec: ModelSpec, kinds: set[str], block_size: int | None, version: str) -> None:
+    if block_size is None or parse_version(version) < BLOCK_SIZE_RULES_FROM:
+        return
+    for kind in sorted(kinds):
+        multiple = block_size_multiple(spec, kind)
+        if multiple and block_size % multiple:
+            where = "vLLM's CPU build" if kind == "cpu" else f"{kind.upper()} GPUs"
+            raise PlanError(
+                "--block-size",
+                f"{block_size} is refused by vLLM {version}'s attention backends on {where}, which take "
+                f"multiples of {multiple}" + (" for sparse MLA" if spec.index_topk and kind != "cpu" else ""),
+                f"use {max(multiple, block_size // multiple * multiple)} or leave it unset (vLLM's default)",
+            )
+
+
 def check_wishes(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
     """The wishes' types and ranges, and the requests vLLM itself would refuse."""
     # Every declared option within its declaration (vllm_fleet/schema.py), named as the wish it is.
@@ -40,6 +96,8 @@ def check_wishes(spec: ModelSpec, nodes: list[Node], wishes: Wishes) -> None:
     unknown = sorted(set(wishes.strategies or ()) - set(ALL_STRATEGIES))
     if unknown:
         raise PlanError("--strategy", f"unknown strategy {unknown[0]!r}", f"use some of {list(ALL_STRATEGIES)}")
+    check_release(wishes.vllm_version)
+    check_block_size(spec, {n.kind for n in nodes}, wishes.block_size, wishes.vllm_version)
     if not isinstance(wishes.extra_env, Mapping):
         raise PlanError("vllm_fleet_extra_env", f"must be a mapping, got {wishes.extra_env!r}", "e.g. {A: '1'}")
     tp = wishes.tensor_parallel_size

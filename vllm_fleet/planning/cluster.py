@@ -223,10 +223,21 @@ def cluster_from_data(data: Any) -> list[Node]:
             "plan the cluster in parts (one inventory per group of nodes)",
         )
     seen: set[str] = set()
-    for node in nodes:
+    addresses: dict[str, str] = {}
+    for i, node in enumerate(nodes):
         if node.name in seen:
             raise PlanError("nodes", f"node name '{node.name}' appears twice", "give every node a unique name")
         seen.add(node.name)
+        # As the inventory's check (interface.check_nodes): one address is one machine.
+        key = (node.address or "").strip().lower()
+        if key and key in addresses:
+            raise PlanError(
+                f"nodes[{i}].address",
+                f"{addresses[key]} and {node.name} are one machine ({node.address})",
+                "list each machine once (its GPUs in one gpu_count), or fix the address",
+            )
+        if key:
+            addresses[key] = node.name
     return nodes
 
 

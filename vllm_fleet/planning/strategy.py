@@ -24,18 +24,18 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from vllm_fleet.accounting.base import GIB, known_release
+from vllm_fleet.accounting.base import GIB
 from vllm_fleet.accounting.kv import chunked_local_attn_hybrid_kv
 from vllm_fleet.accounting.memory import Estimate, estimate, kv_heads_shard
 from vllm_fleet.accounting.options import draft_spec_for
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.accounting.unified import estimate_cudagraphs
-from vllm_fleet.errors import NothingFitsError, PlanError
+from vllm_fleet.errors import DoesNotFitError, NothingFitsError, PlanError
 from vllm_fleet.model.length import check_max_model_len
 from vllm_fleet.model.quantization import check_quantization_flag
 from vllm_fleet.model.spec import ModelSpec
 from vllm_fleet.performance.workload import calibration_from, slo_from, workload_from
-from vllm_fleet.planning.checks import check_wishes, nodes_vllm_runs_on, valid_tps
+from vllm_fleet.planning.checks import check_release, check_wishes, nodes_vllm_runs_on, valid_tps
 from vllm_fleet.planning.cluster import Node, cluster_from_data, load_cluster
 from vllm_fleet.planning.executor import choose_executor
 from vllm_fleet.planning.instances import Candidate, instance_dict
@@ -484,12 +484,12 @@ class _Planner:
                 # free memory (gpu_facts, or the inventory's gpu_free_gib) is below the budget.
                 # The layout with the fewest GPUs per stage needs the least NCCL memory beside the budget.
                 least = min(free, key=lambda r: r["tensor_parallel_size"] * r["pipeline_parallel_size"])
-                raise NothingFitsError(
+                raise DoesNotFitError(
                     "gpu_memory_utilization",
                     f"no layout of {self.spec.name} starts on these GPUs: {least['layout']}: {least['reason']}",
                     "lower gpu_memory_utilization as said, or stop what else holds the GPUs' memory (nvidia-smi)",
                 )
-            raise NothingFitsError("model", self._nothing_fits(), self._what_would_fit())
+            raise DoesNotFitError("model", self._nothing_fits(), self._what_would_fit())
         target = self.wishes.target_concurrency
         ranking = rank(self.candidates, self.evaluator, target, self.slo)
         best = ranking.best
@@ -593,7 +593,7 @@ def plan_cluster(spec: ModelSpec, nodes: list[Node], wishes: Wishes | None = Non
             note = check_max_model_len(spec, est.max_model_len, wishes.extra_env, asked=False)
             if note and note not in planner.warnings:
                 planner.warnings.append(note)
-    unknown_release = known_release(wishes.vllm_version)
+    unknown_release = check_release(wishes.vllm_version)
     if unknown_release:
         planner.warnings.append(unknown_release)
     used: dict[str, int] = {}
