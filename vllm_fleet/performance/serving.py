@@ -1,5 +1,6 @@
-"""What one instance serves: vLLM's scheduler in steady state, costed step by step, and a
-queueing model for online load.
+"""What one instance serves: a benchmark run simulated request by request (simulate.py:
+estimate, verify), and vLLM's scheduler in steady state with a queueing model for online load
+(the closed forms the layouts are ranked by).
 
 vLLM V1's scheduler runs every admitted sequence one token per step and fills the rest of the
 step's ``max_num_batched_tokens`` with prompt chunks. In steady state a running batch of B
@@ -13,8 +14,9 @@ steps), so B is bounded by:
 
 A step with a prompt chunk of c tokens takes longer than a pure decode step; the share f of
 steps carrying one makes the inter-token latency a two-point mixture and TPOT its mean over a
-request. TTFT is half a step's wait, the prompt's chunks, and the prefill queue: an M/D/1 wait
-of rho / (2 (1 - rho)) x the prompt's service time, rho the share of steps busy with prompts.
+request. TTFT is a request's own path, half a step's wait, the prompt's chunks, and the prefill
+queue: an M/D/1 wait of rho / (2 (1 - rho)) x the prompt's service time, rho the share of the
+steps' prompt budget (max_num_batched_tokens - B) in use.
 PP keeps one micro-batch per stage in flight: B/pp sequences a micro-batch, one token each per
 pass through the pipeline.
 """
