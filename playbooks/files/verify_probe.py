@@ -227,15 +227,18 @@ def _quantile(values: list[float], q: float) -> float:
 
 def run_load(endpoint: str, model: str, load: dict[str, Any], key: str = "") -> dict[str, Any]:
     """``load["requests"]`` requests by ``load["concurrency"]`` clients (each sends its next when
-    one ends, as vllm bench serve --max-concurrency): what came back, as the plan predicts it."""
+    one ends, as vllm bench serve --max-concurrency; none after ``load["budget_s"]`` seconds once
+    one came back): what came back, as the plan predicts it."""
     pending = list(range(int(load["requests"])))
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
+    # No request starts after the budget (those started finish): verify's time stays bounded.
+    deadline = time.monotonic() + float(load.get("budget_s") or 1e9)
 
     def client() -> None:
         while True:
             with lock:
-                if not pending:
+                if not pending or (results and time.monotonic() > deadline):
                     return
                 seed = pending.pop(0)
             got = one_request(endpoint, model, int(load["input_len"]), int(load["output_len"]), seed, key)

@@ -300,3 +300,11 @@ def _serve_streaming() -> Iterator[tuple[str, list[str | None]]]:
     yield f"127.0.0.1:{httpd.server_address[1]}", seen
     httpd.shutdown()
     httpd.server_close()
+
+
+def test_the_load_starts_no_request_after_its_budget() -> None:
+    for endpoint, _ in _serve_streaming():
+        load = {"requests": 50, "concurrency": 1, "input_len": 8, "output_len": 40, "budget_s": 0.05}
+        measured = probe.run_load(endpoint, "m", load)
+        # 40 tokens 2 ms apart: the first request alone outlasts the budget, and no other starts.
+        assert measured["requests"] == 1 and measured["failed"] == 0

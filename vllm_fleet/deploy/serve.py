@@ -450,6 +450,7 @@ def verify_load(instances: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {
         "requests": sum(s["requests"] for s in shares),
         "concurrency": sum(s["concurrency"] for s in shares),
+        "budget_s": max(float(s.get("budget_s") or 0) for s in shares) or None,
         "input_len": min(s["input_len"] for s in shares),
         "output_len": min(s["output_len"] for s in shares),
         "predicted": {

@@ -176,4 +176,10 @@ DEFAULT_TTFT_P90_MS = 2000.0
 # core a replica, two clients each sent a replica's /health past the watchdog's limit once).
 VERIFY_CLIENTS_PER_INSTANCE = 1
 VERIFY_REQUESTS_PER_CLIENT = 4
+# The workload's lengths, at most these: the same shape, and verify's time stays bounded (a PP
+# pair of containers on our test hosts ran 138 ms a token, 35 s for one 256-token request).
+VERIFY_MAX_INPUT = 1024
+VERIFY_MAX_OUTPUT = 128
+# No client starts a request after this many seconds of the load (those started finish).
+VERIFY_BUDGET_S = 15.0
 VERIFY_MAX_CLIENTS = 16

@@ -167,9 +167,10 @@ class Evaluator:
 
 def verify_load(perf: InstancePerf, workload: Workload, max_model_len: int) -> dict[str, Any]:
     """The bounded load verify sends to one instance (its share of the gateway's), and what the
-    plan predicts for it: the workload's lengths (within max_model_len), a few clients."""
-    out_len = max(1, min(workload.output_len, max_model_len // 2))
-    in_len = max(1, min(workload.input_len, max_model_len - out_len - 1))
+    plan predicts for it: the workload's lengths (at most 1,024 in and 128 out, within
+    max_model_len), one client, a few requests, no new one after the time budget."""
+    out_len = max(1, min(workload.output_len, C.VERIFY_MAX_OUTPUT, max_model_len // 2))
+    in_len = max(1, min(workload.input_len, C.VERIFY_MAX_INPUT, max_model_len - out_len - 1))
     clients = C.VERIFY_CLIENTS_PER_INSTANCE * max(perf.server.dp, 1)
     requests = clients * C.VERIFY_REQUESTS_PER_CLIENT
     load = Workload(in_len, out_len, requests, concurrency=clients)
@@ -177,6 +178,7 @@ def verify_load(perf: InstancePerf, workload: Workload, max_model_len: int) -> d
     return {
         "requests": requests,
         "concurrency": clients,
+        "budget_s": C.VERIFY_BUDGET_S,
         "input_len": in_len,
         "output_len": out_len,
         "output_token_throughput": round(pred.output_token_throughput, 2),
