@@ -45,6 +45,12 @@ def main() -> int:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    # Progress bars and deprecation notices go to stderr, which a container's output
+    # interleaves with stdout: keep the run quiet so the JSON line stands alone.
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
     vocab = int(config["vocab_size"])
     tok = Tokenizer(models.BPE(unk_token=None))
@@ -73,7 +79,8 @@ def main() -> int:
     cfg.eos_token_id = tok.token_to_id("</s>")
     cfg.pad_token_id = tok.token_to_id("<pad>")
     dtype = getattr(torch, str(config.get("torch_dtype", "bfloat16")))
-    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
+    # .to(dtype), not a dtype argument: transformers renamed torch_dtype to dtype and warns on the old name.
+    model = AutoModelForCausalLM.from_config(cfg).to(dtype)
     # Write to a temporary folder and move the files in: a half-built folder never looks done.
     tmp = folder / ".building"
     tmp.mkdir(exist_ok=True)
