@@ -237,7 +237,7 @@ def test_killing_the_headless_rank_restarts_the_group_as_one(native_pp: Deployme
     head_after = _ssh("node1", f"systemctl show -p NRestarts --value {UNIT}").strip()
     assert int(head_after) > int(head_before), "the head was not restarted with its group"
     head_log = _ssh("node1", f"journalctl -u {UNIT} --no-pager -o cat | grep 'vllm-fleet group' | tail -8")
-    assert "left; stopping vLLM so the group restarts as one" in head_log, head_log
+    assert "left (" in head_log and "stopping vLLM so the group restarts as one" in head_log, head_log
     verify = run_site(native_pp.inventory, native_pp.artifacts, "--tags", "verify", timeout=600)
     assert verify.returncode == 0, failures(verify)
 

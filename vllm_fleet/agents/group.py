@@ -15,6 +15,13 @@ the head and each member:
   the connection drops (the head died or restarted) or its own rank exits, it
   stops its rank and exits 1.
 
+A peer that vanishes without closing the connection (its node lost power or its
+network, a kernel panic, a frozen wrapper) sends no FIN: both ends therefore send a
+heartbeat byte every second, and a peer silent for ``--silence`` seconds counts as
+gone (a peer that never sent one, an older wrapper, is judged on its FIN alone).
+Without it the head's vLLM would answer /health while every request hung in the
+pipeline's next send to the missing stage.
+
 systemd (``Restart=always``) or supervise then starts each rank again, and the
 whole group comes back together. Restarts are bounded: after ``--max-restarts``
 starts within ``--window`` seconds the wrapper prints why and exits 3, which the
@@ -39,6 +46,7 @@ from .common import Say, stop_group, write_atomic
 
 GIVE_UP = 3
 CHECK_SECONDS = 1.0
+HEARTBEAT = b"."
 
 
 def say(name: str, text: str) -> None:
@@ -75,15 +83,43 @@ def stop_child(child: subprocess.Popen[bytes] | None, grace: float = 20.0) -> No
     child.wait()
 
 
-def _closed(sock: socket.socket) -> bool:
-    """True once the peer has closed (or reset) the presence connection."""
-    try:
-        ready, _, _ = select.select([sock], [], [], 0)
-        if not ready:
-            return False
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except OSError:
-        return True
+class Presence:
+    """One end of a presence connection: it sends a heartbeat each check and reads the peer's."""
+
+    def __init__(self, sock: socket.socket, peer: str, silence: float) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self.sock, self.peer, self.silence = sock, peer, silence
+        self.heard_at = time.monotonic()
+        self.heard = False
+
+    def lost(self, now: float) -> str | None:
+        """Why the peer is gone (closed, reset, or silent too long), or None while it is there."""
+        try:
+            self.sock.send(HEARTBEAT)
+        except BlockingIOError:
+            pass  # the send buffer is full: the peer reads nothing, which its silence shows
+        except OSError as err:
+            return f"the connection broke ({err.strerror or err})"
+        try:
+            while select.select([self.sock], [], [], 0)[0]:
+                data = self.sock.recv(4096)
+                if not data:
+                    return "it closed the connection"
+                self.heard_at, self.heard = now, True
+        except OSError as err:
+            return f"the connection broke ({err.strerror or err})"
+        if self.heard and now - self.heard_at > self.silence:
+            return f"nothing heard from it for {now - self.heard_at:.0f} s"
+        return None
+
+    def close(self) -> None:
+        # FIN first: closed with heartbeats unread, the kernel would send the peer a reset.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+            while select.select([self.sock], [], [], 0)[0] and self.sock.recv(4096):
+                pass
+        self.sock.close()
 
 
 def run_head(args: argparse.Namespace, child_argv: list[str]) -> int:
@@ -91,7 +127,7 @@ def run_head(args: argparse.Namespace, child_argv: list[str]) -> int:
     server = socket.create_server((host, port), reuse_port=False)
     server.setblocking(False)
     child = start_child(child_argv)
-    members: list[tuple[socket.socket, str]] = []
+    members: list[Presence] = []
     say(args.name, f"head: vLLM started (pid {child.pid}), members connect to {args.bind}")
     try:
         while True:
@@ -101,18 +137,19 @@ def run_head(args: argparse.Namespace, child_argv: list[str]) -> int:
                 return 1
             with contextlib.suppress(BlockingIOError):
                 conn, peer = server.accept()
-                conn.setblocking(False)
-                members.append((conn, f"{peer[0]}:{peer[1]}"))
+                members.append(Presence(conn, f"{peer[0]}:{peer[1]}", args.silence))
                 say(args.name, f"head: member {peer[0]} joined ({len(members)} connected)")
-            for conn, peer in members:
-                if _closed(conn):
-                    say(args.name, f"head: member {peer} left; stopping vLLM so the group restarts as one")
+            now = time.monotonic()
+            for member in members:
+                why = member.lost(now)
+                if why is not None:
+                    say(args.name, f"head: member {member.peer} left ({why}); stopping vLLM so the group restarts as one")
                     return 1
             time.sleep(CHECK_SECONDS)
     finally:
         server.close()
-        for conn, _ in members:
-            conn.close()
+        for member in members:
+            member.close()
         stop_child(child)
 
 
@@ -129,7 +166,7 @@ def run_member(args: argparse.Namespace, child_argv: list[str]) -> int:
                 say(args.name, f"member: the head at {args.head} did not answer in {args.head_timeout:.0f} s")
                 return 1
             time.sleep(2)
-    conn.setblocking(False)
+    head = Presence(conn, args.head, args.silence)
     child = start_child(child_argv)
     say(args.name, f"member: head reached, rank started (pid {child.pid})")
     try:
@@ -138,12 +175,13 @@ def run_member(args: argparse.Namespace, child_argv: list[str]) -> int:
             if code is not None:
                 say(args.name, f"member: this rank exited with {code}; the group restarts")
                 return 1
-            if _closed(conn):
-                say(args.name, "member: the head left; stopping this rank so the group restarts as one")
+            why = head.lost(time.monotonic())
+            if why is not None:
+                say(args.name, f"member: the head left ({why}); stopping this rank so the group restarts as one")
                 return 1
             time.sleep(CHECK_SECONDS)
     finally:
-        conn.close()
+        head.close()
         stop_child(child)
 
 
@@ -162,6 +200,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-restarts", type=int, default=5)
     parser.add_argument("--window", type=float, default=600.0)
     parser.add_argument("--head-timeout", type=float, default=900.0)
+    parser.add_argument("--silence", type=float, default=15.0, help="seconds without a heartbeat: the peer is gone")
     args = parser.parse_args(raw[:split])
     child_argv = raw[split + 1 :]
     if not child_argv or (args.role == "head" and not args.bind) or (args.role == "member" and not args.head):
