@@ -130,6 +130,10 @@ bench-distribute: $(STAMP)
 bench-scale: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/scale.py
 
+# Faults on a live deployment (test hosts, about 60 min): detection, recovery, failed requests, the next run's changes.
+bench-faults: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/faults.py $(if $(FAULTS),--faults $(FAULTS))
+
 bench-rerun: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python tests/bench/rerun.py --inventory $(INVENTORY) $(if $(RESET),--reset)
 

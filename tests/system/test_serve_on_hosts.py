@@ -1,11 +1,11 @@
 """Serving for real on the test hosts: site.yml with two CPU vLLM replicas (node1,
 node2) from the venv runtime behind the nginx gateway on node3, verify through
-the gateway and each replica, a second run with changed=0, then day 2 on the same
-deployment (issue 14): Prometheus on node3 scrapes every planned target and runs
-every dashboard query, `vllm-fleet status` shows what vLLM's /metrics shows, a
-rolling update under streamed load fails no request, a hung replica (SIGSTOP)
-leaves rotation and its watchdog restarts it, a stopped replica fires
-VllmInstanceDown, then teardown. The figures are printed (pytest -s) and kept in
+the gateway and each replica, a node reboot that needs no operator, a second run
+with changed=0, then day 2 on the same deployment (issue 14): Prometheus on node3
+scrapes every planned target and runs every dashboard query, `vllm-fleet status`
+shows what vLLM's /metrics shows, a rolling update under streamed load fails no
+request, a hung replica (SIGSTOP) leaves rotation and its watchdog restarts it, a
+stopped replica fires VllmInstanceDown, then teardown. The figures are printed (pytest -s) and kept in
 artifacts/day2.json."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import yaml
 
 from tests.conftest import ROOT, failures, run_playbook, run_site
 from tests.hosts.common import SSH_OPTIONS
+from tests.hosts.images import podman
 from tests.hosts.nodes import ssh_argv
 from tests.system.conftest import Hosts
 from tests.system.test_site_on_hosts import _recap
@@ -272,7 +273,28 @@ def test_two_replicas_behind_the_gateway(test_hosts: Hosts, tmp_path: Path) -> N
     assert "endpoint" in output and "KV predicted" in output  # the summary table
     assert "planned target(s) up" in output and "vLLM series from 2 instance(s)" in output  # Prometheus
 
-    # Same inventory again: nothing changes on any host.
+    # A node reboots (issue 46: `podman restart`, systemd boots again): its replica's unit and its
+    # watchdog start on their own, the gateway takes the replica back with no operator action,
+    # and the next run (below) changes nothing.
+    rebooted = test_hosts.nodes[0]
+    endpoint = f"{rebooted.address}:8000"
+    booted_at = time.monotonic()
+    podman("restart", "--time", "0", rebooted.container)
+    back = None
+    while time.monotonic() - booted_at < 420 and back is None:
+        with contextlib.suppress(OSError, KeyError, ValueError, AssertionError, subprocess.TimeoutExpired):
+            if _watch_status(monitor)[endpoint]["state"] == "up" and _complete(f"http://{endpoint}")["choices"]:
+                back = time.monotonic() - booted_at
+        time.sleep(2)
+    assert back is not None, "the rebooted node's replica was not back in rotation within 420 s" + _replica_journals(
+        test_hosts
+    )
+    active = _on(rebooted.name, "systemctl is-active vllm-fleet-vllm-tiny-llama-0.service vllm-fleet-watchdog.service")
+    assert active.split() == ["active", "active"], active
+    figures["reboot"] = {"serving_s": round(back, 1)}
+    _say(f"node reboot: back in rotation after {back:.0f} s")
+
+    # Same inventory again: nothing changes on any host (after the reboot too).
     again = run_site(inventory, artifacts, timeout=900)
     assert again.returncode == 0, failures(again)
     recap = _recap(again.stdout)
