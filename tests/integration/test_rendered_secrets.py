@@ -171,6 +171,11 @@ def test_the_env_file_carries_values_as_they_are(rendered: dict[str, str]) -> No
     assert done.stdout == KEY
 
 
+def test_a_single_node_launch_backs_off_when_it_keeps_failing(rendered: dict[str, str]) -> None:
+    [start] = [ln for ln in rendered["vllm.service"].splitlines() if ln.startswith("ExecStart=")]
+    assert " reap --backoff-state /var/lib/vllm-fleet/vllm/vllm-t-0.backoff -- " in start, start
+
+
 def test_the_unit_description_stays_one_line(rendered: dict[str, str]) -> None:
     unit = rendered["vllm.service"].splitlines()
     [description] = [ln for ln in unit if ln.startswith("Description=")]

@@ -5,6 +5,7 @@ status, hands the stop signal on, and only once nothing the launch left behind s
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import agent
+from vllm_fleet.agents import reap
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_CHILD_SUBREAPER is Linux's")
 
@@ -163,3 +165,67 @@ def test_a_launch_that_ignores_the_stop_is_killed_after_the_stop_grace(tmp_path:
     assert 0.9 <= took < 8, f"stopped after {took:.1f} s with a 1 s stop grace"
     assert not _alive(launch) and not _alive(child)
     assert wrapper.stderr is not None and b"did not stop within 1 s of SIGTERM" in wrapper.stderr.read()
+
+
+# -- backoff (--backoff-state): a launch that keeps failing waits longer before each start --
+
+
+@pytest.mark.parametrize(
+    ("failures", "since", "wait"),
+    [
+        (0, 0.0, 0.0),  # nothing failed: start at once
+        (1, 10.0, 0.0),  # the first failure: systemd's RestartSec (10 s) was the wait
+        (2, 10.0, 10.0),  # 20 s after the exit, 10 of them already passed
+        (3, 10.0, 30.0),
+        (9, 10.0, 290.0),  # at most 300 s after the exit
+        (9, 400.0, 0.0),
+    ],
+)
+def test_the_wait_doubles_with_each_quick_failure_up_to_300_s(
+    tmp_path: Path, failures: int, since: float, wait: float
+) -> None:
+    state = tmp_path / "launch.backoff"
+    state.write_text(f'{{"key": "k", "failures": {failures}, "exited": 1000.0}}')
+    assert reap.backoff_wait(state, "k", 1000.0 + since) == pytest.approx((wait, failures))
+
+
+def test_another_launch_or_a_long_run_or_a_stop_starts_the_count_again(tmp_path: Path) -> None:
+    state = tmp_path / "launch.backoff"
+    reap.record_exit(state, "k", 3, ran=5.0, failed=True, now=1000.0)
+    assert reap.backoff_wait(state, "k", 1010.0) == pytest.approx((70.0, 4))
+    assert reap.backoff_wait(state, "other", 1010.0) == (0.0, 0), "a changed launch waits for nothing"
+    reap.record_exit(state, "k", 4, ran=600.0, failed=True, now=2000.0)  # it served 10 minutes first
+    assert reap.backoff_wait(state, "k", 2010.0) == (0.0, 0)
+    reap.record_exit(state, "k", 4, ran=5.0, failed=False, now=3000.0)  # stopped, or exited 0
+    assert reap.backoff_wait(state, "k", 3010.0) == (0.0, 0)
+    assert reap.launch_key(["vllm"], {"A": "1", "INVOCATION_ID": "x"}) == reap.launch_key(["vllm"], {"A": "1"})
+    assert reap.launch_key(["vllm"], {"A": "1"}) != reap.launch_key(["vllm"], {"A": "2"})
+
+
+def test_a_failing_launch_waits_before_it_starts_and_a_stop_ends_the_wait(tmp_path: Path) -> None:
+    """As systemd runs it: the launch (a flag vLLM refuses: exit 2 at once) failed before; this
+    start waits out the rest of its backoff, says so, fails again and counts it. A stop during
+    the wait ends it at once, cleanly, without starting the launch."""
+    state, marker = tmp_path / "launch.backoff", tmp_path / "started"
+    argv = [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x'); raise SystemExit(2)"]
+    env = dict(os.environ)
+    key = reap.launch_key(argv, env)
+    state.write_text(f'{{"key": "{key}", "failures": 1, "exited": {time.time() - 8.5}}}')  # 1.5 s left of 10 s
+    start = time.monotonic()
+    done = subprocess.run(
+        [*agent("reap"), "--backoff-state", str(state), "--", *argv],
+        capture_output=True, text=True, timeout=30, check=False, env=env,
+    )  # fmt: skip
+    took = time.monotonic() - start
+    assert done.returncode == 2 and marker.read_text() == "x"
+    assert 1.2 <= took < 10, took
+    assert re.search(r"failed 1 time\(s\) in a row, .* starting it again in [12] s", done.stderr), done.stderr
+    assert reap.backoff_wait(state, key, time.time())[1] == 2  # the next start waits 20 s after this exit
+
+    waiting = subprocess.Popen(
+        [*agent("reap"), "--backoff-state", str(state), "--", *argv], stderr=subprocess.PIPE, env=env
+    )
+    time.sleep(1.0)
+    waiting.send_signal(signal.SIGTERM)  # systemctl stop, or the next site.yml run's restart
+    assert waiting.wait(timeout=10) == 0
+    assert marker.read_text() == "x", "the launch started although the unit was stopped during its wait"

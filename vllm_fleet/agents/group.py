@@ -143,7 +143,10 @@ def run_head(args: argparse.Namespace, child_argv: list[str]) -> int:
             for member in members:
                 why = member.lost(now)
                 if why is not None:
-                    say(args.name, f"head: member {member.peer} left ({why}); stopping vLLM so the group restarts as one")
+                    say(
+                        args.name,
+                        f"head: member {member.peer} left ({why}); stopping vLLM so the group restarts as one",
+                    )
                     return 1
             time.sleep(CHECK_SECONDS)
     finally:

@@ -1,7 +1,7 @@
 """Run a vLLM launch as the unit's main process's only child, and exit only once every
 process it left behind has exited too.
 
-    reap [--grace SECONDS] [--stop-grace SECONDS] -- ARGV...
+    reap [--grace SECONDS] [--stop-grace SECONDS] [--backoff-state FILE] -- ARGV...
 
 vLLM leaves processes behind when its API server exits (Python's multiprocessing resource
 tracker, an engine core whose parent was killed). systemd's KillMode=mixed then kills them
@@ -22,6 +22,13 @@ cgroup is empty when the main process exits and systemd has nothing left to wait
   for the cgroup-empty notification. reap then ends by SIGTERM, a clean stop for systemd.
 * The exit status is ARGV's: the same code, or the same signal re-raised, so Restart= and
   RestartPreventExitStatus= see what they saw before.
+* With --backoff-state, a launch that keeps failing backs off: each exit that is not a stop
+  and comes within 120 s of its start counts one more failure in FILE, and the next start
+  waits until 10 s x 2^(failures-1) (at most 300 s) have passed since that exit, systemd's
+  own RestartSec included. A launch that ran longer, a stop, or another command line or
+  environment (the next site.yml run's fix) starts the count again: a corrected launch
+  starts at once. systemd's Restart= alone retries every RestartSec forever; its own
+  RestartSteps= needs systemd 254, newer than Debian 12's and Ubuntu 22.04's.
 
 Linux only (prctl).
 """
@@ -30,17 +37,47 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 
-from .common import children_by_parent, descendants, kill_all
+from .common import children_by_parent, descendants, kill_all, write_atomic
 
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+BACKOFF_FIRST, BACKOFF_MAX, QUICK_EXIT = 10.0, 300.0, 120.0
+# What systemd sets per start: not part of what the launch is.
+PER_START = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "NOTIFY_SOCKET", "MANAGERPID", "LISTEN_PID")
+
+
+def launch_key(argv: list[str], env: dict[str, str]) -> str:
+    """What identifies a launch across starts: its command line and its environment."""
+    kept = sorted((k, v) for k, v in env.items() if k not in PER_START)
+    return hashlib.sha256(json.dumps([argv, kept]).encode()).hexdigest()[:16]
+
+
+def backoff_wait(state: Path, key: str, now: float) -> tuple[float, int]:
+    """Seconds this start waits, and the failures in a row it follows (0 for another launch)."""
+    try:
+        data = json.loads(state.read_text())
+        failures, exited = int(data["failures"]), float(data["exited"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0, 0
+    if data.get("key") != key or failures < 1:
+        return 0.0, 0
+    due = exited + min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
+    return max(0.0, min(due - now, BACKOFF_MAX)), failures
+
+
+def record_exit(state: Path, key: str, failures: int, ran: float, failed: bool, now: float) -> None:
+    count = failures + 1 if failed and ran < QUICK_EXIT else 0
+    write_atomic(state, json.dumps({"key": key, "failures": count, "exited": now}))
 
 
 def _children() -> list[int]:
@@ -64,18 +101,52 @@ def _reap(grace: float) -> None:
         time.sleep(0.05)
 
 
+def _sleep_unless_stopped(seconds: float) -> int | None:
+    """Sleep ``seconds``; a stop (SIGTERM, SIGINT) meanwhile ends it: the exit code to return, else None."""
+    stopped: list[int] = []
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        stopped.append(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    deadline = time.monotonic() + seconds
+    while not stopped and time.monotonic() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+    return 0 if stopped else None
+
+
 def main(argv: list[str]) -> int:
     grace, stop_grace = 10.0, 30.0
-    while argv[:1] in (["--grace"], ["--stop-grace"]) and len(argv) > 1:
+    state: Path | None = None
+    while argv[:1] in (["--grace"], ["--stop-grace"], ["--backoff-state"]) and len(argv) > 1:
         if argv[0] == "--grace":
             grace = float(argv[1])
-        else:
+        elif argv[0] == "--stop-grace":
             stop_grace = float(argv[1])
+        else:
+            state = Path(argv[1])
         argv = argv[2:]
     if argv[:1] != ["--"] or len(argv) < 2:
-        print("usage: reap [--grace SECONDS] [--stop-grace SECONDS] -- ARGV...", file=sys.stderr)
+        print("usage: reap [--grace SECONDS] [--stop-grace SECONDS] [--backoff-state FILE] -- ARGV...", file=sys.stderr)
         return 2
     argv = argv[1:]
+    key = launch_key(argv, dict(os.environ))
+    failures = 0
+    if state is not None:
+        wait, failures = backoff_wait(state, key, time.time())
+        if wait > 0:
+            print(
+                f"reap: this launch failed {failures} time(s) in a row, each within {QUICK_EXIT:g} s of its start: "
+                f"starting it again in {wait:.0f} s (each failure doubles the wait, up to {BACKOFF_MAX:g} s; "
+                "a changed launch starts at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+            stopped = _sleep_unless_stopped(wait)
+            if stopped is not None:
+                return stopped
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         print(f"reap: PR_SET_CHILD_SUBREAPER failed (errno {ctypes.get_errno()})", file=sys.stderr)
@@ -94,6 +165,7 @@ def main(argv: list[str]) -> int:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
+    started = time.monotonic()
     child = subprocess.Popen(argv)  # inherits the unit's environment, stdout and stderr
     for queued in pending:
         child.send_signal(queued)
@@ -109,6 +181,9 @@ def main(argv: list[str]) -> int:
             stop_by[0] = float("inf")
     if stop_by and stop_by[0] == float("inf"):
         code = -signal.SIGTERM  # stopped as asked, if late: systemd counts the stop clean
+    if state is not None:
+        with contextlib.suppress(OSError):
+            record_exit(state, key, failures, time.monotonic() - started, code != 0 and not stop_by, time.time())
     _reap(grace)
     if code < 0:  # killed by a signal: end the same way
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
