@@ -264,7 +264,8 @@ def fault_reboot(bench: Bench) -> dict[str, Any]:
     booted = wait_until(lambda: ssh("node2", "systemctl is-system-running", timeout=20, check=False).strip()
                         in {"running", "degraded"}, timeout=300, step=2)  # fmt: skip
     detect, serve = outage(bench, head, t0)
-    units = ssh("node2", "systemctl is-active vllm-fleet-vllm-tiny-1.service vllm-fleet-watchdog.service", check=False)
+    listed = "systemctl list-units --plain --no-legend 'vllm-fleet-*' | awk '{print $1 \"=\" $3}'"
+    units = ssh("node2", listed, check=False)
     return {
         "detect_s": detect, "serving_s": serve, "booted_s": booted,
         "notes": f"node2 units after boot: {' '.join(units.split())}",
