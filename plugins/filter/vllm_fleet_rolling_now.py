@@ -21,7 +21,8 @@ version_added: 0.1.0
 author: vllm-fleet
 description:
   - "From each host's C(__vllm_server_applied) (vllm_server's applied check): which nodes restart, in
-    batches (C(vllm_fleet/deploy/deployment.py) rolling_now)."
+    batches (C(vllm_fleet/deploy/deployment.py) rolling_now); the nodes of a multi-node instance (read
+    from each host's C(vllm_fleet_node) launches) restart in one batch."
   - "A host that did not run the check counts as nothing to restart."
 positional: hosts, rolling
 options:
@@ -51,13 +52,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: "C({serial, nodes, message})."
+  description: "C({serial, nodes, order, message}): C(order) is the serve play's hosts in batch order."
   type: dict
 """
 
 
 def vllm_fleet_rolling_now(hostvars: Any, hosts: list[str], rolling: dict[str, Any]) -> Any:
-    return deployment.rolling_now(inventory.plain(rolling), inventory.applied_by_host(hostvars, list(hosts)))
+    return deployment.rolling_now(
+        inventory.plain(rolling),
+        inventory.applied_by_host(hostvars, list(hosts)),
+        inventory.instances_by_host(hostvars, list(hosts)),
+    )
 
 
 class FilterModule:

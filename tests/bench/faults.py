@@ -18,11 +18,12 @@ worker    the PP group's headless rank is stopped for 60 s (systemctl stop), the
 partition the gateway's host drops the PP group head's port for 90 s (iptables), then heals
 killed   ansible-playbook is SIGKILLed in the middle of a serve phase that restarts every replica
 refused   node3's replica gets a flag vLLM refuses; then the inventory is fixed
+ray       Ray's head (ray_cluster on the three hosts, beside the deployment) restarts
 
 Each row: seconds until the gateway took the instance out of rotation (detect), seconds
 until it was back in rotation and answered directly (serving), requests and failures
 (streams apart) from the fault until the next fault, and what was found lost or
-inconsistent. Not here yet: a full disk during a model fetch, a Ray head restart.
+inconsistent. Not here yet: a full disk during a model fetch.
 
     python tests/bench/faults.py [--faults reboot,worker,...] [--keep]
 """
@@ -62,7 +63,7 @@ API_KEY = "faults-bench-key-3c9e"
 MODEL = ROOT / "tests/bench/files/tiny-llama-long"
 MAX_MODEL_LEN = 98304  # more KV than one 1 GiB node holds, less than two or one 2 GiB node
 STATUS = "/var/lib/vllm-fleet/gateway/status.json"
-FAULTS = ("reboot", "worker", "partition", "killed", "refused")
+FAULTS = ("reboot", "worker", "partition", "killed", "refused", "ray")
 
 
 def say(text: str) -> None:
@@ -192,6 +193,7 @@ class Bench:
     artifacts: Path
     load: Load | None = None
     plan: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of the inventory now deployed
 
     def address(self, name: str) -> str:
         return next(n.address for n in self.hosts if n.name == name)
@@ -243,27 +245,45 @@ def wait_until(what: Callable[[], bool], timeout: float, step: float = 1.0) -> f
     return None
 
 
-def outage(bench: Bench, endpoint: str, t0: float, timeout: float = 900) -> tuple[float | None, float | None]:
-    """Seconds from ``t0`` until ``endpoint`` left rotation, and until it was back and answered."""
-    detected = wait_until(lambda: bench.state(endpoint) != "up", timeout=120, step=0.5)
-    detect = None if detected is None else time.monotonic() - t0
+class Watch:
+    """The gateway watcher's view of one upstream, polled each second from ``t0`` on in a thread:
+    when it first left rotation, and (``back``) when it was in rotation again and answered."""
 
-    def back() -> bool:
-        return bench.state(endpoint) == "up" and bench.answers(endpoint)
+    def __init__(self, bench: Bench, endpoint: str) -> None:
+        self.bench, self.endpoint = bench, endpoint
+        self.t0 = time.monotonic()
+        self.left: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
 
-    served = wait_until(back, timeout=timeout, step=2)
-    serve = None if served is None else time.monotonic() - t0
-    return detect, serve
+    def _run(self) -> None:
+        while not self.stop.is_set() and self.left is None:
+            if self.bench.state(self.endpoint) != "up":
+                self.left = time.monotonic() - self.t0
+            self.stop.wait(1.0)
+
+    def back(self, timeout: float = 900) -> tuple[float | None, float | None]:
+        """(seconds until it left rotation, seconds until it served again), both from ``t0``."""
+
+        def serving() -> bool:
+            up = self.left is not None and self.bench.state(self.endpoint) == "up"
+            return up and self.bench.answers(self.endpoint)
+
+        wait_until(lambda: self.left is not None, timeout=120, step=0.5)
+        served = wait_until(serving, timeout=timeout, step=2)
+        self.stop.set()
+        return self.left, None if served is None else time.monotonic() - self.t0
 
 
 def fault_reboot(bench: Bench) -> dict[str, Any]:
     head = bench.instance("tiny-1")["endpoint"]
     node = next(n for n in bench.hosts if n.name == "node2")
-    t0 = time.monotonic()
+    watch = Watch(bench, head)
     podman("restart", "--time", "0", node.container)
     booted = wait_until(lambda: ssh("node2", "systemctl is-system-running", timeout=20, check=False).strip()
                         in {"running", "degraded"}, timeout=300, step=2)  # fmt: skip
-    detect, serve = outage(bench, head, t0)
+    detect, serve = watch.back()
     listed = "systemctl list-units --plain --no-legend 'vllm-fleet-*' | awk '{print $1 \"=\" $3}'"
     units = ssh("node2", listed, check=False)
     return {
@@ -276,11 +296,11 @@ def fault_worker(bench: Bench) -> dict[str, Any]:
     head = bench.instance("tiny-1")["endpoint"]
     unit = "vllm-fleet-vllm-tiny-1.service"
     before = int(ssh("node1", f"systemctl show -p NRestarts --value {unit}").strip() or 0)
-    t0 = time.monotonic()
+    watch = Watch(bench, head)
     ssh("node2", f"systemctl stop {unit}")
     time.sleep(60)
     ssh("node2", f"systemctl start {unit}")
-    detect, serve = outage(bench, head, t0)
+    detect, serve = watch.back()
     after = int(ssh("node1", f"systemctl show -p NRestarts --value {unit}").strip() or 0)
     log = ssh("node1", f"journalctl -u {unit} --no-pager -o cat | grep 'vllm-fleet group' | tail -4", check=False)
     return {
@@ -310,7 +330,8 @@ def fault_partition(bench: Bench) -> dict[str, Any]:
     address, port = head.rsplit(":", 1)
     rule = f"OUTPUT -d {address} -p tcp --dport {port} -j DROP"
     ssh("node3", IPTABLES, timeout=600)
-    t0 = time.monotonic()
+    watch = Watch(bench, head)
+    t0 = watch.t0
     ssh("node3", f"iptables -I {rule}")
     fired = wait_until(lambda: alert(bench, "VllmInstanceDown", head), timeout=90, step=3)
     left = 90 - (time.monotonic() - t0)
@@ -318,7 +339,7 @@ def fault_partition(bench: Bench) -> dict[str, Any]:
         time.sleep(left)
     ssh("node3", f"iptables -D {rule}")
     healed = time.monotonic()
-    detect, serve = outage(bench, head, t0)
+    detect, serve = watch.back()
     cleared = wait_until(lambda: not alert(bench, "VllmInstanceDown", head), timeout=300, step=3)
     return {
         "detect_s": detect, "serving_s": serve,
@@ -343,7 +364,7 @@ def launches(bench: Bench) -> dict[str, str]:
 
 
 def fault_killed(bench: Bench) -> dict[str, Any]:
-    changed = inventory(bench.tmp / "changed.yml", bench.hosts, env={"VLLM_FLEET_FAULT_RUN": "1"})
+    changed = inventory(bench.tmp / "changed.yml", bench.hosts, env={**bench.env, "VLLM_FLEET_FAULT_RUN": "1"})
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     argv = ["ansible-playbook", "site.yml", "-i", str(changed), "-e", f"vllm_fleet_artifacts_dir={bench.artifacts}"]
     t0 = time.monotonic()
@@ -365,7 +386,7 @@ def fault_killed(bench: Bench) -> dict[str, Any]:
     after = launches(bench)
     again = bench.site(changed)
     changed_again = {h: c["changed"] for h, c in _recap(again.stdout).items() if c["changed"]}
-    bench.inventory = changed
+    bench.inventory, bench.env = changed, {**bench.env, "VLLM_FLEET_FAULT_RUN": "1"}
     return {
         "detect_s": None, "serving_s": None,
         "notes": f"killed {killed_at and round(killed_at)} s into the run; after the kill: {state}; "
@@ -375,8 +396,9 @@ def fault_killed(bench: Bench) -> dict[str, Any]:
 
 def fault_refused(bench: Bench) -> dict[str, Any]:
     replica = bench.instance("tiny-0")["endpoint"]
+    # Only node3's launch changes: the rest as deployed now.
     broken = inventory(
-        bench.tmp / "refused.yml", bench.hosts, node_vars={"node3": {"vllm_fleet_extra_args": ["--no-such-flag"]}}
+        bench.tmp / "refused.yml", bench.hosts, {"node3": {"vllm_fleet_extra_args": ["--no-such-flag"]}}, env=bench.env
     )
     unit = "vllm-fleet-vllm-tiny-0.service"
     t0 = time.monotonic()
@@ -401,7 +423,55 @@ def fault_refused(bench: Bench) -> dict[str, Any]:
     }  # fmt: skip
 
 
+RAY_STATUS = (
+    "RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=/etc/vllm-fleet/ray/auth_token /opt/vllm-fleet/ray/bin/python "
+    "/etc/vllm-fleet/ray/ray_probe.py --address {head}:6379 status"
+)
+
+
+def ray_members(bench: Bench) -> dict[str, str]:
+    """Ray's view from the head: each member node's IP and node id ({} while the head does not answer)."""
+    out = ssh("node1", RAY_STATUS.format(head=bench.address("node1")), timeout=60, check=False)
+    try:
+        return {m["ip"]: m["id"] for m in json.loads(out)["members"]}
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
+def ray_play(bench: Bench, state: str = "present") -> Run:
+    """ray_cluster (systemd runtime, logical GPUs) on the three hosts: tests/bench/ray_join.yml."""
+    env = {"VLLM_FLEET_BENCH_TOKEN": str(bench.tmp / "ray.token")}
+    return run_playbook(ROOT / "tests/bench/ray_join.yml", nodes.INVENTORY, "-e", f"ray_cluster_state={state}",
+                        env=env, timeout=1800)  # fmt: skip
+
+
+def fault_ray(bench: Bench) -> dict[str, Any]:
+    """Ray's head restarts (its unit on node1): every worker must join the new head on its own. The
+    vLLM CPU build refuses the Ray executor, so this cluster is Ray's alone (ray_join.yml), beside
+    the deployment above."""
+    up = ray_play(bench)
+    if up.returncode != 0:
+        return {"detect_s": None, "serving_s": None, "notes": "Ray did not come up: " + failures(up, tail=400)[-400:]}
+    before = ray_members(bench)
+    ssh("node1", "systemctl restart vllm-fleet-ray.service")
+
+    def rejoined() -> bool:
+        now = ray_members(bench)
+        return len(now) == len(before) and all(now.get(ip) not in (None, before[ip]) for ip in before)
+
+    back = wait_until(rejoined, timeout=600, step=3)
+    again = ray_play(bench)
+    changed = {h: c["changed"] for h, c in _recap(again.stdout).items() if c["changed"]}
+    gone = ray_play(bench, "absent")
+    return {
+        "detect_s": None, "serving_s": back,
+        "notes": f"{len(before)} Ray nodes; every worker re-registered with the restarted head after "
+                 f"{back and round(back)} s; the role's next run changed {changed or 0}; removed rc {gone.returncode}",
+    }  # fmt: skip
+
+
 RUNS: dict[str, Callable[[Bench], dict[str, Any]]] = {
+    "ray": fault_ray,
     "reboot": fault_reboot,
     "worker": fault_worker,
     "partition": fault_partition,

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, filter_plugins, load_script
-from vllm_fleet.deploy import records
+from vllm_fleet.deploy import deployment, records
 from vllm_fleet.inventory import interface
 
 pytest.importorskip("ansible")
@@ -144,3 +144,40 @@ def test_the_serve_batches_follow_what_each_node_last_applied() -> None:
     assert (first["serial"], first["nodes"]) == ("100%", [])
     off = filters["vllm_fleet_rolling_now"](hostvars, list(hostvars), {**rolling, "enabled": False})
     assert (off["serial"], off["nodes"]) == ("100%", [])
+
+
+def test_a_multi_node_replica_restarts_with_all_its_nodes_in_one_batch() -> None:
+    """A PP=2 group on node1+node2 and a replica on node3 (the faults bench's deployment): a changed
+    setting restarts the group first, both nodes in one batch (the head drained), then node3; before,
+    any multi-node replica turned rolling off and every node restarted at once (the bench's 22 failed
+    requests). A change on the member alone still takes its head along."""
+    filters = filter_plugins()
+    rolling = {"enabled": True, "batch": 1, "reason": "2 replicas"}
+    stale = {"__vllm_server_applied": {"current": False, "reason": "launch vllm-tiny-1: environment changed"}}
+    current = {"__vllm_server_applied": {"current": True, "reason": ""}}
+
+    def node(applied: dict[str, object], *instances: str) -> dict[str, object]:
+        return {**applied, "vllm_fleet_node": {"launches": [{"instance": i} for i in instances]}}
+
+    every = {"node1": node(stale, "tiny-1"), "node2": node(stale, "tiny-1"), "node3": node(stale, "tiny-0")}
+    got = filters["vllm_fleet_rolling_now"](every, list(every), rolling)
+    assert got["serial"] == [2, 1, 1] and got["order"] == ["node1", "node2", "node3"], got
+    assert got["message"].startswith("Rolling restart of node1+node2, node3: "), got["message"]
+    member = {"node1": node(current, "tiny-1"), "node2": node(stale, "tiny-1"), "node3": node(current, "tiny-0")}
+    got = filters["vllm_fleet_rolling_now"](member, list(member), rolling)
+    assert (got["serial"], got["nodes"], got["order"]) == ([2, 1], ["node1", "node2"], ["node1", "node2", "node3"])
+    replica = {"node3": node(stale, "tiny-0"), "node1": node(current, "tiny-1"), "node2": node(current, "tiny-1")}
+    got = filters["vllm_fleet_rolling_now"](replica, ["node1", "node2", "node3"], rolling)
+    assert (got["serial"], got["nodes"], got["order"]) == (1, ["node3"], ["node3", "node1", "node2"])
+
+
+@pytest.mark.parametrize(
+    ("instances", "units"),
+    [
+        ({"a": ["x-0"], "b": ["x-0"], "c": ["y-0"]}, [["a", "b"], ["c"]]),
+        ({"a": ["p"], "b": ["q"], "c": ["p", "q"], "d": []}, [["a", "b", "c"], ["d"]]),  # c bridges two groups
+        ({"a": ["x-0", "y-0"], "b": ["z-0"]}, [["a"], ["b"]]),  # two single-node replicas on one node
+    ],
+)
+def test_nodes_sharing_an_instance_restart_together(instances: dict[str, list[str]], units: list[list[str]]) -> None:
+    assert deployment.restart_units(instances) == units

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import functools
 import ipaddress
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -334,11 +335,12 @@ def monitoring_of(
 
 def rolling_of(plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str, Any]) -> dict[str, Any]:
     """How the serve phase restarts running replicas: a batch of nodes at a time, each
-    drained from the gateway first, when there is a gateway, at least two replicas and
-    every replica on one node (a multi-node group restarts as one unit, all its nodes at
-    once); otherwise every node at once."""
+    drained from the gateway first, when there is a gateway and every model keeps a replica
+    that serves meanwhile; a multi-node replica's nodes restart in one batch (its group
+    restarts as one unit). Otherwise every node at once."""
     instances = plan["instances"]
     single = all(len(i["nodes"]) == 1 for i in instances)
+    batch = int(settings.get("rolling_batch") or 1)
     replicas = len(gateway["upstreams"])
     # Several models: a drain must leave every model a replica that serves.
     lone = [r["model"] for r in gateway["routes"] if len(r["upstreams"]) < 2]
@@ -350,12 +352,15 @@ def rolling_of(plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str
     elif replicas < 2:
         reason = "one replica: it restarts in place (there is no other to serve meanwhile)"
     elif not single:
-        reason = "a replica spans several nodes: its group restarts as one unit, all nodes at once"
+        reason = (
+            f"{replicas} replicas: {batch} node(s) at a time, drained first; a replica spanning several "
+            "nodes restarts with all of them in one batch (its group restarts as one unit)"
+        )
     else:
-        reason = f"{replicas} replicas: {int(settings.get('rolling_batch') or 1)} node(s) at a time, drained first"
+        reason = f"{replicas} replicas: {batch} node(s) at a time, drained first"
     return {
-        "enabled": gateway["enabled"] and replicas >= 2 and single,
-        "batch": int(settings.get("rolling_batch") or 1),
+        "enabled": gateway["enabled"] and replicas >= 2,
+        "batch": batch,
         "drain_timeout": int(settings.get("drain_timeout") or 120),
         "reason": reason,
     }
@@ -364,22 +369,66 @@ def rolling_of(plan: dict[str, Any], settings: dict[str, Any], gateway: dict[str
 NO_EARLIER_RUN = "no record of an earlier run"
 
 
-def rolling_now(rolling: dict[str, Any], applied: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+def restart_units(instances: Mapping[str, list[str]]) -> list[list[str]]:
+    """The nodes that restart together, in the nodes' order: nodes sharing an instance (the ranks
+    of a multi-node group) are one unit, every other node a unit of its own."""
+    parent = {node: node for node in instances}
+
+    def root(node: str) -> str:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    first_node: dict[str, str] = {}
+    for node, names in instances.items():
+        for name in names:
+            if name in first_node:
+                parent[root(node)] = root(first_node[name])
+            else:
+                first_node[name] = node
+    units: dict[str, list[str]] = {}
+    for node in instances:
+        units.setdefault(root(node), []).append(node)
+    return list(units.values())
+
+
+def rolling_now(
+    rolling: dict[str, Any],
+    applied: dict[str, dict[str, Any] | None],
+    instances: Mapping[str, list[str]] | None = None,
+) -> dict[str, Any]:
     """This run's serve batches: ``applied`` is each node's comparison with what the last run
     applied there (vllm_server's applied_check: ``current`` and ``reason``; None where it did
-    not run). Nodes that served before and are not as the last run left them restart
-    ``rolling.batch`` at a time, drained first, when rolling is on; a first deployment and a
-    re-run that changes nothing keep every node in one batch (``serial`` 100%)."""
+    not run), ``instances`` the instances each node runs a rank of. Nodes that served before
+    and are not as the last run left them restart with the rest of their unit (every node of
+    a multi-node replica), ``rolling.batch`` nodes at a time (a larger unit alone), drained
+    first, when rolling is on; the nodes that change nothing come last. A first
+    deployment and a re-run that changes nothing keep every node in one batch (``serial``
+    100%). ``order``: the serve play's hosts in batch order."""
+    nodes = list(applied)
     changing = [
         str(node)
         for node, state in applied.items()
         if state is not None and not state.get("current") and state.get("reason") != NO_EARLIER_RUN
     ]
     rolling_on = bool(rolling["enabled"]) and bool(changing)
-    message = (
-        f"Rolling restart of {', '.join(changing)}: {rolling['reason']}"
-        if rolling_on
-        else f"No running replica restarts one batch at a time ({rolling['reason']})"
-    )
-    return {"serial": rolling["batch"] if rolling_on else "100%", "nodes": changing if rolling_on else [],
-            "message": message}  # fmt: skip
+    if not rolling_on:
+        message = f"No running replica restarts one batch at a time ({rolling['reason']})"
+        return {"serial": "100%", "nodes": [], "order": nodes, "message": message}
+    units = restart_units({n: list((instances or {}).get(n) or []) for n in nodes})
+    restarting = [u for u in units if set(u) & set(changing)]
+    batches: list[list[str]] = []
+    for unit in restarting:
+        if batches and len(batches[-1]) + len(unit) <= int(rolling["batch"]):
+            batches[-1] += unit
+        else:
+            batches.append(list(unit))
+    moved = [n for b in batches for n in b]
+    rest = [n for n in nodes if n not in moved]
+    # The nodes that change nothing follow, rolling.batch at a time (Ansible repeats the last size).
+    sizes = [len(b) for b in batches] + [int(rolling["batch"])]
+    serial: int | list[int] = sizes[0] if len(set(sizes)) == 1 else sizes
+    shown = ", ".join("+".join(u) for u in restarting)
+    return {"serial": serial, "nodes": moved, "order": moved + rest,
+            "message": f"Rolling restart of {shown}: {rolling['reason']}"}  # fmt: skip

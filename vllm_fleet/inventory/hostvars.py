@@ -210,6 +210,16 @@ def applied_by_host(hostvars: Any, hosts: list[str]) -> dict[str, Any]:
     return applied
 
 
+def instances_by_host(hostvars: Any, hosts: list[str]) -> dict[str, list[str]]:
+    """The instances each host runs a rank of (its record's launches), [] where it has no record."""
+    out: dict[str, list[str]] = {}
+    for name in hosts:
+        record = plain(hostvars[name].get("vllm_fleet_node")) if "vllm_fleet_node" in hostvars[name] else None
+        launches = record.get("launches") if isinstance(record, dict) else None
+        out[str(name)] = [str(launch["instance"]) for launch in launches or [] if isinstance(launch, dict)]
+    return out
+
+
 def applied_files(results: list[Any]) -> dict[str, Any]:
     """What the roles recorded on a node, from the preview play's slurp results (one per file;
     a missing file has no content): its launches (``*.launch.json``, in the order read), Ray's
