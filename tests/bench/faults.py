@@ -369,12 +369,14 @@ def fault_killed(bench: Bench) -> dict[str, Any]:
     argv = ["ansible-playbook", "site.yml", "-i", str(changed), "-e", f"vllm_fleet_artifacts_dir={bench.artifacts}"]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killed_at = None
+    killed_at, rolling, task = None, False, ""
     assert proc.stdout is not None
     for line in proc.stdout:
-        # Mid-serve: the first replica of the rolling restart is being restarted.
-        if killed_at is None and "Rolling restart" in line:
-            time.sleep(20)
+        rolling = rolling or "Rolling restart" in line
+        task = line.strip() if line.startswith("TASK [") else task
+        # Mid-serve: the first change the role makes on a node of the first batch (its launch's
+        # files written, the unit not yet restarted), not the drain delegated to the gateway ("->").
+        if rolling and line.startswith("changed: [") and "->" not in line:
             proc.send_signal(signal.SIGKILL)
             killed_at = time.monotonic() - t0
             break
@@ -389,7 +391,7 @@ def fault_killed(bench: Bench) -> dict[str, Any]:
     bench.inventory, bench.env = changed, {**bench.env, "VLLM_FLEET_FAULT_RUN": "1"}
     return {
         "detect_s": None, "serving_s": None,
-        "notes": f"killed {killed_at and round(killed_at)} s into the run; after the kill: {state}; "
+        "notes": f"killed {killed_at and round(killed_at)} s into the run, at {task!r}; after the kill: {state}; "
                  f"re-run {'converged' if converged else 'FAILED'}: {after}; the run after: changed {changed_again}",
     }  # fmt: skip
 
