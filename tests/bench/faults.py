@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -57,6 +55,7 @@ from tests.hosts import nodes  # noqa: E402
 from tests.hosts.common import SSH_OPTIONS, Node  # noqa: E402
 from tests.hosts.images import podman  # noqa: E402
 from tests.hosts.nodes import ssh_argv  # noqa: E402
+from tests.system.test_serve_on_hosts import _killed_at_first_change  # noqa: E402
 from tests.system.test_site_on_hosts import _recap  # noqa: E402
 
 API_KEY = "faults-bench-key-3c9e"
@@ -365,23 +364,10 @@ def launches(bench: Bench) -> dict[str, str]:
 
 def fault_killed(bench: Bench) -> dict[str, Any]:
     changed = inventory(bench.tmp / "changed.yml", bench.hosts, env={**bench.env, "VLLM_FLEET_FAULT_RUN": "1"})
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    argv = ["ansible-playbook", "site.yml", "-i", str(changed), "-e", f"vllm_fleet_artifacts_dir={bench.artifacts}"]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killed_at, rolling, task = None, False, ""
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        rolling = rolling or "Rolling restart" in line
-        task = line.strip() if line.startswith("TASK [") else task
-        # Mid-serve: the first change the role makes on a node of the first batch (its launch's
-        # files written, the unit not yet restarted), not the drain delegated to the gateway ("->").
-        if rolling and line.startswith("changed: [") and "->" not in line:
-            proc.send_signal(signal.SIGKILL)
-            killed_at = time.monotonic() - t0
-            break
-    proc.kill()
-    proc.wait()
+    # The same kill as CI's (test_serve_on_hosts): at the first change the serve phase makes on a
+    # node of the first batch (its launch's files written, the unit not restarted yet).
+    killed = _killed_at_first_change(changed, bench.artifacts)
+    killed_at, task = killed["killed_at"], killed["task"]
     state = launches(bench)
     rerun = bench.site(changed)
     converged = rerun.returncode == 0
