@@ -229,3 +229,4 @@ def test_a_failing_launch_waits_before_it_starts_and_a_stop_ends_the_wait(tmp_pa
     waiting.send_signal(signal.SIGTERM)  # systemctl stop, or the next site.yml run's restart
     assert waiting.wait(timeout=10) == 0
     assert marker.read_text() == "x", "the launch started although the unit was stopped during its wait"
+    assert reap.backoff_wait(state, key, time.time()) == (0.0, 0), "a stop starts the count again"

@@ -88,7 +88,6 @@ class Presence:
 
     def __init__(self, sock: socket.socket, peer: str, silence: float) -> None:
         sock.setblocking(False)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self.sock, self.peer, self.silence = sock, peer, silence
         self.heard_at = time.monotonic()
         self.heard = False

@@ -146,6 +146,9 @@ def main(argv: list[str]) -> int:
             )
             stopped = _sleep_unless_stopped(wait)
             if stopped is not None:
+                # A stop (an operator's restart after a fix elsewhere) starts the count again.
+                with contextlib.suppress(OSError):
+                    record_exit(state, key, failures, ran=QUICK_EXIT, failed=False, now=time.time())
                 return stopped
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
