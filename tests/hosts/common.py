@@ -42,6 +42,9 @@ LANE_LABEL = "io.vllm-fleet.test-lane"
 LANES = "abcd"
 DEFAULT_NODES = int(os.environ.get("VLLM_FLEET_TEST_NODES", "3"))
 HOST_SHM_SIZE = os.environ.get("VLLM_FLEET_TEST_SHM_SIZE", "2g")
+# A small filesystem on every host (tmpfs, memory used only as it fills): the disk-full checks
+# (model_cache's molecule scenario, bench-faults' disk row) fill it to a known room.
+SMALL_FS, SMALL_FS_SIZE = "/mnt/small", "16m"
 
 SSH_OPTIONS = (
     "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "

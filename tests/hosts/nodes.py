@@ -27,6 +27,8 @@ from tests.hosts.common import (
     LANE,
     LANE_LABEL,
     NETWORK,
+    SMALL_FS,
+    SMALL_FS_SIZE,
     SSH_OPTIONS,
     SUBNET,
     HarnessError,
@@ -110,6 +112,7 @@ def _start(node: Node, nodes: list[Node], image: str, wheels: Path, config: str,
         "--label", f"{HOST_LABEL}={config}", "--label", f"{LANE_LABEL}={LANE}",
         "--network", NETWORK, "--ip", node.address,
         "--systemd=always", "--shm-size", HOST_SHM_SIZE, "--stop-timeout", "0",
+        "--tmpfs", f"{SMALL_FS}:size={SMALL_FS_SIZE},mode=0755",
         # Root on a real host may change its firewall (ray_cluster_firewall); only this host's netns.
         "--cap-add", "NET_ADMIN",
         *(_engine_options(node) if engines else []),
@@ -198,7 +201,9 @@ def up(count: int = DEFAULT_NODES, *, engines: bool = False) -> list[Node]:
     start = time.monotonic()
     # A running host is kept only if it was started from exactly this definition.
     where = [f"{n.name}={n.address}" for n in nodes]
-    config = digest([image, str(wheels), HOST_SHM_SIZE, "NET_ADMIN", f"engines={engines}", f"lane={LANE}", *where])
+    small = f"{SMALL_FS}:{SMALL_FS_SIZE}"
+    engine = f"engines={engines}"
+    config = digest([image, str(wheels), HOST_SHM_SIZE, small, "NET_ADMIN", engine, f"lane={LANE}", *where])
     for node in nodes:
         found = _config_and_state(node.container)
         if found == (config, True):

@@ -39,3 +39,23 @@ def test_truncated_missing_and_broken_files_are_named(tmp_path: Path) -> None:
     assert any(p.startswith("model-00001-of-00002.safetensors:") and "truncated" in p for p in problems)
     assert "model-00002-of-00002.safetensors: listed in the index but missing" in problems
     assert any(p.startswith("config.json:") for p in problems)
+
+
+def _space() -> ModuleType:
+    return load_script(ROOT / "roles/model_cache/files/space.py")
+
+
+def test_space_counts_what_is_already_there(tmp_path: Path) -> None:
+    folder = _model(tmp_path / "m")
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    whole = _space().check(folder, size)
+    assert whole["present"] == size and whole["needed"] == 0 and whole["fits"] is True
+    (folder / "model-00002-of-00002.safetensors").unlink()
+    part = _space().check(folder, size)
+    assert 0 < part["needed"] < size and part["needed"] == size - part["present"]
+
+
+def test_space_of_a_folder_not_made_yet_is_its_filesystem_s(tmp_path: Path) -> None:
+    result = _space().check(tmp_path / "not" / "yet", 1 << 60)
+    assert result["present"] == 0 and result["needed"] == 1 << 60 and result["fits"] is False
+    assert result["free"] > 0

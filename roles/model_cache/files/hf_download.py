@@ -4,6 +4,8 @@
         -> {"commit": SHA}
     hf_download.py download --repo ORG/NAME --revision SHA --dir DIR [--allow PATTERN ...] [--token-file F]
         -> {"changed": bool, "commit": SHA, "files": N}
+           or, before anything is fetched, when the files do not fit:
+           {"error": ..., "space": {"dir": DIR, "free": F, "present": P, "needed": N, "size": S}}
 
 The token is read from a file (never from argv or the environment the controller logs) and is
 never printed. A folder whose marker (.vllm-fleet-source.json) names the same repository and
@@ -14,7 +16,9 @@ Runs with a Python that has huggingface_hub (the role's venv).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,9 +33,15 @@ def _token(path: str | None) -> str | None:
     return text or None
 
 
-def _explain(exc: Exception, repo: str) -> str:
+def _explain(exc: Exception, repo: str, folder: Path | None = None) -> str:
     from huggingface_hub import errors
 
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return (
+            f"the disk under {folder} filled up while {repo} was fetched: free space there, or set "
+            "model_cache_dir to a filesystem with room (what was fetched so far waits in its .cache "
+            "folder, not among the model's files, and the next run resumes it)"
+        )
     if isinstance(exc, errors.GatedRepoError):
         return (
             f"{repo} is gated or private and the token was refused or missing: accept the model's licence on its "
@@ -50,6 +60,31 @@ def resolve(repo: str, revision: str, token: str | None) -> dict[str, Any]:
     return {"commit": HfApi().model_info(repo, revision=revision, token=token).sha}
 
 
+def space(repo: str, commit: str, folder: Path, allow: list[str] | None, token: str | None) -> dict[str, Any]:
+    """The bytes the commit's wanted files need beyond what the folder holds, and what its
+    filesystem has free (the nearest folder that exists)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils import filter_repo_objects
+
+    tree = HfApi().list_repo_tree(repo, revision=commit, recursive=True, token=token)
+    files = [f for f in tree if isinstance(f, RepoFile)]
+    size = sum(f.size for f in filter_repo_objects(files, allow_patterns=allow or None, key=lambda f: f.path))
+    present = 0
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            try:
+                present += (Path(root) / name).stat().st_size
+            except OSError:
+                continue
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    stat = os.statvfs(probe)
+    free = stat.f_bfree * stat.f_frsize if os.geteuid() == 0 else stat.f_bavail * stat.f_frsize
+    return {"dir": str(folder), "free": free, "present": present, "needed": max(0, size - present), "size": size}
+
+
 def download(repo: str, commit: str, folder: Path, allow: list[str] | None, token: str | None) -> dict[str, Any]:
     from huggingface_hub import snapshot_download
 
@@ -58,6 +93,9 @@ def download(repo: str, commit: str, folder: Path, allow: list[str] | None, toke
         recorded = json.loads(marker.read_text())
         if recorded.get("repo") == repo and recorded.get("commit") == commit:
             return {"changed": False, "commit": commit, "files": recorded.get("files", 0)}
+    room = space(repo, commit, folder, allow, token)
+    if room["needed"] > room["free"]:
+        return {"error": f"no room for {repo} at {folder}", "space": room}
     folder.mkdir(parents=True, exist_ok=True)
     snapshot_download(repo, revision=commit, local_dir=folder, allow_patterns=allow or None, token=token)
     files = sum(1 for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts and p.name != MARKER)
@@ -83,10 +121,10 @@ def main() -> int:
                 parser.error("download needs --dir")
             result = download(args.repo, args.revision, args.dir, args.allow, token)
     except Exception as exc:
-        print(json.dumps({"error": _explain(exc, args.repo)}))
+        print(json.dumps({"error": _explain(exc, args.repo, args.dir)}))
         return 1
     print(json.dumps(result))
-    return 0
+    return 0 if "error" not in result else 1
 
 
 if __name__ == "__main__":
