@@ -17,13 +17,15 @@ reboot    node2 (the PP group's headless rank) restarts: `podman restart`, syste
 worker    the PP group's headless rank is stopped for 60 s (systemctl stop), then started
 partition the gateway's host drops the PP group head's port for 90 s (iptables), then heals
 killed   ansible-playbook is SIGKILLed in the middle of a serve phase that restarts every replica
+disk      node2's model filesystem (the hosts' 16 MiB tmpfs, 4 MiB left) fills during the prepare
+          phase's fetch of an 8 MiB model; then space is freed and the fetch runs again
 refused   node3's replica gets a flag vLLM refuses; then the inventory is fixed
 ray       Ray's head (ray_cluster on the three hosts, beside the deployment) restarts
 
 Each row: seconds until the gateway took the instance out of rotation (detect), seconds
 until it was back in rotation and answered directly (serving), requests and failures
 (streams apart) from the fault until the next fault, and what was found lost or
-inconsistent. Not here yet: a full disk during a model fetch.
+inconsistent.
 
     python tests/bench/faults.py [--faults reboot,worker,...] [--keep]
 """
@@ -32,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
+import struct
 import subprocess
 import sys
 import tempfile
@@ -52,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import failures, run_playbook, run_site  # noqa: E402
 from tests.hosts import nodes  # noqa: E402
-from tests.hosts.common import SSH_OPTIONS, Node  # noqa: E402
+from tests.hosts.common import SMALL_FS, SSH_OPTIONS, Node  # noqa: E402
 from tests.hosts.images import podman  # noqa: E402
 from tests.hosts.nodes import ssh_argv  # noqa: E402
 from tests.system.test_serve_on_hosts import _killed_at_first_change  # noqa: E402
@@ -62,7 +66,7 @@ API_KEY = "faults-bench-key-3c9e"
 MODEL = ROOT / "tests/bench/files/tiny-llama-long"
 MAX_MODEL_LEN = 98304  # more KV than one 1 GiB node holds, less than two or one 2 GiB node
 STATUS = "/var/lib/vllm-fleet/gateway/status.json"
-FAULTS = ("reboot", "worker", "partition", "killed", "refused", "ray")
+FAULTS = ("reboot", "worker", "partition", "killed", "disk", "refused", "ray")
 
 
 def say(text: str) -> None:
@@ -411,6 +415,59 @@ def fault_refused(bench: Bench) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def disk_model(folder: Path, mib: int = 8) -> Path:
+    """The bench's model as files the prepare phase copies: its config.json and one shard of
+    ``mib`` MiB (real safetensors framing, so the role's verification reads it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text((MODEL / "config.json").read_text())
+    count = mib * 1024 * 1024 // 4
+    header = json.dumps({"w": {"dtype": "F32", "shape": [count], "data_offsets": [0, count * 4]}}).encode()
+    with (folder / "model.safetensors").open("wb") as out:
+        out.write(struct.pack("<Q", len(header)) + header)
+        out.write(b"\0" * (count * 4))
+    return folder
+
+
+def fault_disk(bench: Bench) -> dict[str, Any]:
+    """The model's folder fills up during the prepare phase's fetch: node2's /mnt/small (the test
+    hosts' 16 MiB tmpfs) is filled to 4 MiB of room, then the prepare phase puts an 8 MiB model
+    there on the nodes its plan uses (PP=2 on node1 and node2: the controller to node1, then
+    node1 to node2). The deployment serving now is not touched: the load's requests keep going
+    through the gateway."""
+    model = disk_model(bench.tmp / "disk-model")
+    where = f"{SMALL_FS}/{model.name}"
+    data = yaml.safe_load(inventory(bench.tmp / "disk.yml", bench.hosts, env=bench.env).read_text())
+    settings = data["all"]["vars"]
+    settings.pop("vllm_fleet_models")
+    settings.update({
+        "vllm_fleet_model": str(model), "vllm_fleet_max_model_len": MAX_MODEL_LEN, "vllm_fleet_build_model": False,
+        "vllm_fleet_prepare_model": True, "model_cache_dir": where, "model_cache_fanout": 1,
+    })  # fmt: skip
+    (bench.tmp / "disk.yml").write_text(yaml.safe_dump(data))
+    prepare = ("--tags", "prepare", "-e", f"vllm_fleet_artifacts_dir={bench.tmp / 'artifacts-disk'}")
+    room = f"$(( $(df --output=avail -B1 {SMALL_FS} | tail -n 1) - 4194304 ))"
+    ssh("node2", f"rm -rf {SMALL_FS}/* && fallocate -l {room} {SMALL_FS}/filler")
+    t0 = time.monotonic()
+    full = run_playbook("site.yml", bench.tmp / "disk.yml", *prepare, timeout=1200)
+    stopped_s = time.monotonic() - t0
+    said = sorted({m.group(0) for m in re.finditer(r"node2: no room for the model at [^\n']*", full.stdout)})
+    if not said:
+        said = [failures(full, tail=300)[:600]]
+    left = ssh("node2", f"find {SMALL_FS} -mindepth 1 -not -name filler", check=False).split()
+    ssh("node2", f"rm -f {SMALL_FS}/filler")
+    again = run_playbook("site.yml", bench.tmp / "disk.yml", *prepare, timeout=1200)
+    whole = {n: ssh(n, f"stat -c %s {where}/model.safetensors", check=False).strip() for n in ("node1", "node2")}
+    for name in ("node1", "node2", "node3"):
+        ssh(name, f"rm -rf {SMALL_FS}/*", check=False)
+    return {
+        "detect_s": round(stopped_s), "serving_s": None,
+        "notes": f"the run stopped (rc {full.returncode}) after {stopped_s:.0f} s, saying: {said[:1]}; "
+                 f"on node2 after it: {left or 'nothing but the filler'}; "
+                 f"once freed, the re-run rc {again.returncode}, "
+                 f"the shard's bytes per node: {whole}; serving was not touched",
+    }  # fmt: skip
+
+
 RAY_STATUS = (
     "RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=/etc/vllm-fleet/ray/auth_token /opt/vllm-fleet/ray/bin/python "
     "/etc/vllm-fleet/ray/ray_probe.py --address {head}:6379 status"
@@ -464,6 +521,7 @@ RUNS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "worker": fault_worker,
     "partition": fault_partition,
     "killed": fault_killed,
+    "disk": fault_disk,
     "refused": fault_refused,
 }
 

@@ -71,13 +71,20 @@ def backoff_wait(state: Path, key: str, now: float) -> tuple[float, int]:
         return 0.0, 0
     if data.get("key") != key or failures < 1:
         return 0.0, 0
-    due = exited + min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
+    due = exited + backoff_delay(failures)
     return max(0.0, min(due - now, BACKOFF_MAX)), failures
 
 
+def backoff_delay(failures: int) -> float:
+    """Seconds from an exit to the next start after ``failures`` quick failures in a row."""
+    return min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX) if failures > 0 else 0.0
+
+
 def record_exit(state: Path, key: str, failures: int, ran: float, failed: bool, now: float) -> None:
+    """The exit, and (``due``) the earliest the next start of this launch runs: what
+    ``vllm-fleet status`` shows of a launch that keeps failing (vllm_fleet/ops/why_node.py)."""
     count = failures + 1 if failed and ran < QUICK_EXIT else 0
-    write_atomic(state, json.dumps({"key": key, "failures": count, "exited": now}))
+    write_atomic(state, json.dumps({"key": key, "failures": count, "exited": now, "due": now + backoff_delay(count)}))
 
 
 def _children() -> list[int]:

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet import tools
+from vllm_fleet.deploy.serve import unit_name
 from vllm_fleet.errors import PlanError
-from vllm_fleet.ops import metrics
+from vllm_fleet.ops import metrics, why
 from vllm_fleet.planning.table import format_table
 
 TIMEOUT_S = 3.0  # per instance: /health and /metrics together
@@ -68,6 +69,7 @@ class Target:
     endpoint: str  # host:port
     served_model_name: str | None = None
     planned_blocks: int | None = None
+    nodes: tuple[str, ...] = ()  # the inventory names of its nodes, the head's first
 
 
 @dataclass
@@ -149,6 +151,7 @@ def targets_from_plan(plan: dict[str, Any], flag: str = "--plan") -> list[Target
                 planned_blocks=int(blocks)
                 if isinstance(blocks, (int, float)) and not isinstance(blocks, bool)
                 else None,
+                nodes=tuple(str(n) for n in inst.get("nodes") or []),
             )
         )
     return out
@@ -481,8 +484,10 @@ def run(
     first_gap: float = 1.0,
     api_key: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    explain: Callable[[list[Row]], None] | None = None,
 ) -> int:
-    """Print the table (or JSON) once, or every ``watch`` seconds until Ctrl-C; the exit code."""
+    """Print the table (or JSON) once, or every ``watch`` seconds until Ctrl-C; the exit code.
+    ``explain``: adds to the unhealthy rows' notes what their nodes say (once, without --watch)."""
     stream = out or sys.stdout
     key = api_key if api_key is not None else os.environ.get("VLLM_API_KEY") or None
     tty = bool(getattr(stream, "isatty", lambda: False)())
@@ -490,6 +495,8 @@ def run(
     try:
         for rows in refreshes(targets, lambda ts: scrape_all(ts, key), first_gap, watch, sleep):
             code = exit_code(rows)
+            if explain is not None and watch is None and code != 0:
+                explain(rows)
             if as_json:
                 doc = to_json(rows)
                 stream.write((json.dumps(doc) if watch is not None else json.dumps(doc, indent=2)) + "\n")
@@ -512,6 +519,20 @@ def run_args(args: argparse.Namespace) -> int:
     if args.inventory:
         plan = load_plan(plan_from_inventory(args.inventory), "--inventory")
         targets = targets_from_plan(plan, "--inventory")
-    else:
-        targets = targets_from_plan(load_plan(args.plan, "--plan"), "--plan")
+        inventory: str = args.inventory
+        return run(targets, watch=args.watch, as_json=args.json, explain=lambda rows: explain(rows, targets, inventory))
+    targets = targets_from_plan(load_plan(args.plan, "--plan"), "--plan")
     return run(targets, watch=args.watch, as_json=args.json)
+
+
+def explain(rows: Sequence[Row], targets: Sequence[Target], inventory: str) -> None:
+    """Add to each unhealthy row what its nodes say (unit or container state, restarts,
+    backoff, the last lines of its log): one ad hoc Ansible call for all of them."""
+    down = [(r, t) for r, t in zip(rows, targets, strict=True) if not r.healthy and t.nodes]
+    wanted: dict[str, list[str]] = {}
+    for _, target in down:
+        for node in target.nodes:
+            wanted.setdefault(node, []).append(unit_name({"name": target.name}))
+    answers = why.ask(inventory, wanted)
+    for row, target in down:
+        row.notes = (row.notes or []) + why.notes(target.nodes, unit_name({"name": target.name}), answers)
