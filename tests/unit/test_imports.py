@@ -59,6 +59,30 @@ def test_the_import_graph_has_no_cycle() -> None:
             visit(name, [name])
 
 
+# The layers, lowest first: a package imports only from its own layer and those below it.
+# (vllm_fleet's top-level modules, the cli and the filters, sit above them all.)
+LAYERS = ("model", "accounting", "performance", "planning", "deploy|ops|inventory")
+
+
+def test_the_packages_import_downwards_only() -> None:
+    """model, then accounting, then performance, then planning, then deploy/ops: a module of a
+    lower layer never imports a higher one (the model's files are read in model/, what they cost
+    is accounting's)."""
+    rank = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer.split("|")}
+
+    def layer(module: str) -> int | None:
+        parts = module.split(".")
+        return rank.get(parts[1]) if len(parts) > 2 else None
+
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, targets in _graph().items()
+        for target in targets
+        if (a := layer(name)) is not None and (b := layer(target)) is not None and b > a
+    )
+    assert not upward, f"imports against the layers {LAYERS}: {upward}"
+
+
 def test_no_module_grows_past_its_cap() -> None:
     sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     over = {name: n for name, n in sizes.items() if n > OVER.get(name, MAX_LINES)}

@@ -15,15 +15,14 @@ from vllm_fleet.accounting.base import (
 )
 from vllm_fleet.accounting.multimodal import (
     DEFAULT_MM_LIMIT,
-    QWEN_FAMILIES,
     EncoderProfile,
-    VisionSpec,
     vision_weight_elements,
 )
 from vllm_fleet.accounting.settings import Device, Settings
 from vllm_fleet.model.spec import (
     ModelSpec,
 )
+from vllm_fleet.model.vision import QWEN_FAMILIES, VisionSpec
 
 # --------------------------------------------------------------------------
 # Multimodal towers (multimodal.py)

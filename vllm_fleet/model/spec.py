@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet.accounting.multimodal import VisionSpec, vision_spec_from_config
 from vllm_fleet.errors import PlanError
 from vllm_fleet.model.catalog import MODELS, lookup_model
 from vllm_fleet.model.families import (
@@ -65,6 +64,7 @@ from vllm_fleet.model.values import (
     _require,
     _show,
 )
+from vllm_fleet.model.vision import VisionSpec, vision_spec_from_config
 
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
