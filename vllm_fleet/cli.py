@@ -311,11 +311,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reads the plan of the last run (<artifacts>/plan.json), then each instance's /health and "
         "/metrics; rates come from two scrapes. VLLM_API_KEY, if set, is sent (vLLM does not need it there).",
     )
-    where = st.add_mutually_exclusive_group(required=True)
-    where.add_argument(
-        "-i", "--inventory", help="the inventory of the run: its vllm_fleet_artifacts_dir (default artifacts/)"
+    st.add_argument(
+        "-i",
+        "--inventory",
+        help="the inventory of the run: its vllm_fleet_artifacts_dir (default artifacts/), and the way to the nodes "
+        "that say why an instance is unhealthy",
     )
-    where.add_argument("--plan", type=Path, help="a plan.json to read instead")
+    st.add_argument("--plan", type=Path, help="a plan.json to read instead (with -i too: the nodes are still asked)")
     st.add_argument(
         "--watch",
         type=_watch_seconds,

@@ -401,7 +401,8 @@ def fault_refused(bench: Bench) -> dict[str, Any]:
     time.sleep(60)
     starts.append(ssh("node3", f"systemctl show -p NRestarts --value {unit}").strip())
     status = subprocess.run(
-        [sys.executable, "-m", "vllm_fleet.cli", "status", "--plan", str(bench.artifacts / "plan.json")],
+        [sys.executable, "-m", "vllm_fleet.cli", "status", "--plan", str(bench.artifacts / "plan.json"),
+         "-i", str(broken)],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     fired = alert(bench, "VllmInstanceDown", replica)
@@ -410,7 +411,7 @@ def fault_refused(bench: Bench) -> dict[str, Any]:
     return {
         "detect_s": round(run_s), "serving_s": None if serve is None else round(time.monotonic() - t0),
         "notes": f"run rc {run.returncode} after {run_s:.0f} s, said: {said[:1]}; restarts in 60 s: "
-                 f"{int(starts[1]) - int(starts[0])}; status: {status.stdout.strip().splitlines()[-1:]}; "
+                 f"{int(starts[1]) - int(starts[0])}; status: {why_lines(status.stdout)}; "
                  f"VllmInstanceDown firing: {fired}; the fixed inventory's run rc {fixed.returncode}",
     }  # fmt: skip
 
@@ -466,6 +467,13 @@ def fault_disk(bench: Bench) -> dict[str, Any]:
                  f"once freed, the re-run rc {again.returncode}, "
                  f"the shard's bytes per node: {whole}; serving was not touched",
     }  # fmt: skip
+
+
+def why_lines(text: str) -> list[str]:
+    """What `vllm-fleet status -i` says of the unhealthy instances (its notes) and its last line."""
+    lines = text.strip().splitlines()
+    said = [line.strip() for line in lines if line.startswith(("tiny-", "    "))]
+    return said[:8] + lines[-1:]
 
 
 RAY_STATUS = (

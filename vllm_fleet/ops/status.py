@@ -516,13 +516,16 @@ def run(
 def run_args(args: argparse.Namespace) -> int:
     """``vllm-fleet status`` (its flags parsed by vllm_fleet/cli.py): the plan's instances, once
     or every ``--watch`` seconds."""
-    if args.inventory:
-        plan = load_plan(plan_from_inventory(args.inventory), "--inventory")
-        targets = targets_from_plan(plan, "--inventory")
-        inventory: str = args.inventory
-        return run(targets, watch=args.watch, as_json=args.json, explain=lambda rows: explain(rows, targets, inventory))
-    targets = targets_from_plan(load_plan(args.plan, "--plan"), "--plan")
-    return run(targets, watch=args.watch, as_json=args.json)
+    if not args.inventory and not args.plan:
+        raise PlanError("--inventory", "is missing", "pass -i INVENTORY (or --plan FILE)")
+    if args.plan:
+        targets = targets_from_plan(load_plan(args.plan, "--plan"), "--plan")
+    else:
+        targets = targets_from_plan(load_plan(plan_from_inventory(args.inventory), "--inventory"), "--inventory")
+    if not args.inventory:
+        return run(targets, watch=args.watch, as_json=args.json)
+    inventory: str = args.inventory
+    return run(targets, watch=args.watch, as_json=args.json, explain=lambda rows: explain(rows, targets, inventory))
 
 
 def explain(rows: Sequence[Row], targets: Sequence[Target], inventory: str) -> None:
