@@ -30,6 +30,8 @@ QWEN25_VISION = {"depth": 3, "hidden_size": 48, "intermediate_size": 88, "num_he
 QWEN3_VISION = {"depth": 3, "hidden_size": 48, "intermediate_size": 88, "num_heads": 4, "out_hidden_size": 64,
                 "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64,
                 "deepstack_visual_indexes": [0, 2], "in_channels": 3}  # fmt: skip
+# Qwen3.5 / 3.6: Qwen3-VL's tower without deepstack mergers (Qwen3_5VisionConfig has no indexes).
+QWEN35_VISION = {k: v for k, v in QWEN3_VISION.items() if k != "deepstack_visual_indexes"}
 SIGLIP = {"model_type": "siglip_vision_model", "hidden_size": 48, "intermediate_size": 88, "num_hidden_layers": 3,
           "num_attention_heads": 4, "image_size": 112, "patch_size": 14, "vision_use_head": False}  # fmt: skip
 PIXTRAL = {"model_type": "pixtral", "hidden_size": 48, "intermediate_size": 88, "num_hidden_layers": 3,
@@ -133,6 +135,10 @@ with torch.device("meta"):
     out["params"]["qwen2_5_vl"] = count(Qwen2_5_VisionTransformerPretrainedModel._from_config(cfg.vision_config))
     cfg3 = Qwen3VLConfig(vision_config=DATA["qwen3_vision"], text_config=text)
     out["params"]["qwen3_vl"] = count(Qwen3VLVisionModel._from_config(cfg3.vision_config))
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5VisionModel
+    cfg35 = Qwen3_5Config(vision_config=DATA["qwen35_vision"], text_config=text)
+    out["params"]["qwen3_5"] = count(Qwen3_5VisionModel._from_config(cfg35.vision_config))
     g = Gemma3Config(vision_config=DATA["siglip"], text_config={**text, "head_dim": 16},
                      mm_tokens_per_image=16)
     tower = SiglipVisionModel._from_config(g.vision_config)
@@ -160,6 +166,7 @@ def truth(oracle: OracleRun) -> dict[str, Any]:
         "text": TEXT,
         "qwen25_vision": QWEN25_VISION,
         "qwen3_vision": QWEN3_VISION,
+        "qwen35_vision": QWEN35_VISION,
         "siglip": SIGLIP,
         "pixtral": PIXTRAL,
         "qwen_cases": QWEN_CASES,
@@ -226,8 +233,9 @@ def test_pixtral_patch_grid(truth: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("model_type", "vision"),
-    [("qwen2_5_vl", QWEN25_VISION), ("qwen3_vl", QWEN3_VISION), ("gemma3", SIGLIP), ("mistral3", PIXTRAL)],
-)
+    [("qwen2_5_vl", QWEN25_VISION), ("qwen3_vl", QWEN3_VISION), ("qwen3_5", QWEN35_VISION), ("gemma3", SIGLIP),
+     ("mistral3", PIXTRAL)],
+)  # fmt: skip
 def test_tower_parameters(truth: dict[str, Any], model_type: str, vision: dict[str, Any]) -> None:
     """Tower + projector elements (sharded + replicated) are the checkpoint's."""
     cfg = {"model_type": model_type, "text_config": TEXT, "vision_config": vision, "mm_tokens_per_image": 16}

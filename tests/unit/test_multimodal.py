@@ -202,3 +202,54 @@ def test_dummy_options_vllm_accepts_pass() -> None:
     settings = Settings(limit_mm_per_prompt={"video": {"count": 2, "num_frames": None}, "vision_chunk": {"x": 1}})
     settings.validate()
     assert settings.mm_limits == {"video": 2, "vision_chunk": 999} and settings.mm_video_frames is None
+
+
+# A Qwen3.6-27B checkpoint's config.json and processor files (the fields the planner reads; its
+# quantization_config left out): github.com/hualayn/ai-articles @ dfaac590e39726d2ae9575f1d05b48a02509ace7,
+# config.json, preprocessor_config.json, video_preprocessor_config.json (an AWQ copy of Unsloth/Qwen3.6-27B).
+QWEN36_27B: dict[str, Any] = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": False,
+    "image_token_id": 248056, "video_token_id": 248057,
+    "text_config": {
+        "model_type": "qwen3_5_text", "dtype": "bfloat16", "hidden_size": 5120, "num_hidden_layers": 64,
+        "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 17408,
+        "vocab_size": 248320, "max_position_embeddings": 262144, "full_attention_interval": 4,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 16,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 48, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-06, "mamba_ssm_dtype": "float32", "mtp_num_hidden_layers": 1, "tie_word_embeddings": False,
+    },
+    "vision_config": {
+        "model_type": "qwen3_5_vision", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+        "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 5120,
+        "num_position_embeddings": 2304, "in_channels": 3, "deepstack_visual_indexes": [],
+    },
+}  # fmt: skip
+QWEN36_IMAGE = {"image_processor_type": "Qwen2VLImageProcessorFast", "patch_size": 16, "merge_size": 2,
+                "temporal_patch_size": 2, "size": {"shortest_edge": 65536, "longest_edge": 16777216}}  # fmt: skip
+QWEN36_VIDEO = {"video_processor_type": "Qwen3VLVideoProcessor", "patch_size": 16, "merge_size": 2,
+                "temporal_patch_size": 2, "size": {"shortest_edge": 4096, "longest_edge": 25165824}}  # fmt: skip
+
+
+def test_qwen3_5_multimodal_counts_its_tower_and_its_encoder_pass() -> None:
+    """Qwen3.5 / 3.6 (Qwen3_5ForConditionalGeneration) build Qwen3-VL's tower (no deepstack) and
+    profile its encoder before the KV cache is sized; --language-model-only drops both (issue 47)."""
+    spec = spec_from_config(QWEN36_27B, "Qwen3.6-27B", processors=(QWEN36_IMAGE, QWEN36_VIDEO))
+    assert spec.vision is not None
+    assert (spec.vision.family, spec.vision.depth, spec.vision.deepstack_layers) == ("qwen3_vl", 27, 0)
+    assert (spec.vision.image_max_pixels, spec.vision.video_max_pixels) == (16777216, 25165824)
+    full = estimate(spec, H100, Settings(max_model_len=32768))
+    lmo = estimate(spec, H100, Settings(max_model_len=32768, language_model_only=True))
+    tower = full.parts()["weights.vision_gib"]
+    shard, repl = vision_weight_elements(spec.vision)
+    assert tower == pytest.approx((shard + repl) * 2 / GIB, abs=1e-4) and 0.7 < tower < 1.0  # ~0.46 B params, bf16
+    assert lmo.parts()["weights.vision_gib"] == 0
+    assert full.weights_gib - lmo.weights_gib == pytest.approx(tower, abs=1e-3)
+    assert full.parts()["activation.encoder_profile_gib"] > 0
+    assert "activation.encoder_profile_gib" not in lmo.parts()
+    # The KV pool loses the tower's weights and whatever the encoder's peak adds over the text's.
+    extra_peak = full.ranks[0].activation_gib - lmo.ranks[0].activation_gib
+    assert lmo.kv_cache_gib - full.kv_cache_gib == pytest.approx(tower + extra_peak, abs=0.01)
+    # The text-only class of the same family builds no tower.
+    text_only = spec_from_config({**QWEN36_27B, "architectures": ["Qwen3_5ForCausalLM"]}, "Qwen3.6-27B")
+    assert text_only.vision is None

@@ -3,8 +3,9 @@
 video_preprocessor_config.json), read into a :class:`VisionSpec`. What the tower costs in
 memory (its weights, vLLM's encoder profile pass) is vllm_fleet/accounting/multimodal.py's.
 
-Families read: Qwen2.5-VL (window-attention ViT), Qwen3-VL / Qwen3-VL-MoE (deepstack ViT),
-Gemma 3 (SigLIP), LLaVA-1.5 (CLIP or SigLIP tower, fixed size), Mistral 3 (Pixtral).
+Families read: Qwen2.5-VL (window-attention ViT), Qwen3-VL / Qwen3-VL-MoE (deepstack ViT) and
+Qwen3.5 / 3.6 (the same ViT, no deepstack), Gemma 3 (SigLIP), LLaVA-1.5 (CLIP or SigLIP tower,
+fixed size), Mistral 3 (Pixtral).
 """
 
 from __future__ import annotations
@@ -109,7 +110,12 @@ def vision_spec_from_config(
         return None
     mt = str(top.get("model_type", ""))
     where = f"{source}:vision_config"
-    if mt in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
+    # Qwen3.5 / 3.6 (qwen3_5, qwen3_5_moe) build Qwen3-VL's tower, Qwen3_VisionTransformer, and take
+    # Qwen3VLProcessingInfo's sizes (vLLM's qwen3_5.py); their vision_config has no deepstack indexes.
+    archs = [a for a in top.get("architectures") or [] if isinstance(a, str)]
+    if mt in ("qwen3_5", "qwen3_5_moe") and archs and all(a.endswith("ForCausalLM") for a in archs):
+        return None  # Qwen3_5(Moe)ForCausalLM: the language model alone, no tower built
+    if mt in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
         family = "qwen2_5_vl" if mt == "qwen2_5_vl" else "qwen3_vl"
         patch = _int(vc, where, "patch_size", 14 if family == "qwen2_5_vl" else 16)
         img_default = dict(QWEN2_IMAGE_SIZE)
