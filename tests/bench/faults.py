@@ -407,12 +407,13 @@ def fault_refused(bench: Bench) -> dict[str, Any]:
     )  # fmt: skip
     fired = alert(bench, "VllmInstanceDown", replica)
     fixed = bench.site()
+    fixed_said = "" if fixed.returncode == 0 else " (" + failures(fixed, tail=0)[:700].replace("\n", " | ") + ")"
     serve = wait_until(lambda: bench.answers(replica), timeout=600, step=2)
     return {
         "detect_s": round(run_s), "serving_s": None if serve is None else round(time.monotonic() - t0),
         "notes": f"run rc {run.returncode} after {run_s:.0f} s, said: {said[:1]}; restarts in 60 s: "
                  f"{int(starts[1]) - int(starts[0])}; status: {why_lines(status.stdout)}; "
-                 f"VllmInstanceDown firing: {fired}; the fixed inventory's run rc {fixed.returncode}",
+                 f"VllmInstanceDown firing: {fired}; the fixed inventory's run rc {fixed.returncode}{fixed_said}",
     }  # fmt: skip
 
 

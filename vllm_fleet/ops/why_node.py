@@ -9,8 +9,8 @@ and shows what it prints. Standard library only: it runs with the node's python3
 
 A launch that is on this node as neither a unit nor a container is left out. The unit is
 vllm_server's ``vllm-fleet-LAUNCH.service``; its journal's last lines are vLLM's own output
-and the reap agent's (``backing off``); the backoff state is reap's ``LAUNCH.backoff`` in the
-role's state folder. The container is ``LAUNCH`` (``docker logs``).
+and the reap agent's (``backing off``), not systemd's messages about the unit; the backoff
+state is reap's ``LAUNCH.backoff`` in the role's state folder. The container is ``LAUNCH`` (``docker logs``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ def systemd(launch: str, lines: int, state_dir: str) -> dict[str, Any] | None:
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     if rc != 0 or props.get("LoadState") != "loaded":
         return None
-    _, journal = _run(["journalctl", "--unit", unit, "--lines", str(lines * 4), "--output", "cat", "--no-pager"])
+    # The launch's own output (the unit's SyslogIdentifier, vllm_server's vllm.service.j2): vLLM's,
+    # the reap and group agents'; not systemd's restart messages about the unit.
+    argv = ["journalctl", "--unit", unit, "--identifier", "vllm", "--lines", str(lines * 4), "--output", "cat"]
+    _, journal = _run([*argv, "--no-pager"])
     code, status = props.get("ExecMainCode", ""), props.get("ExecMainStatus", "")
     exited = {"1": f"exit {status}", "2": f"killed by signal {status}", "3": f"dumped core, signal {status}"}
     return {
