@@ -1,11 +1,9 @@
 """Fetch a model from the Hugging Face Hub (or a mirror: HF_ENDPOINT) into a folder, once.
 
-    hf_download.py resolve  --repo ORG/NAME --revision REV [--token-file F]
-        -> {"commit": SHA}
+    hf_download.py resolve  --repo ORG/NAME --revision REV [--allow PATTERN ...] [--token-file F]
+        -> {"commit": SHA, "bytes": B}  (B: the commit's files under the patterns)
     hf_download.py download --repo ORG/NAME --revision SHA --dir DIR [--allow PATTERN ...] [--token-file F]
         -> {"changed": bool, "commit": SHA, "files": N}
-           or, before anything is fetched, when the files do not fit:
-           {"error": ..., "space": {"dir": DIR, "free": F, "present": P, "needed": N, "size": S}}
 
 The token is read from a file (never from argv or the environment the controller logs) and is
 never printed. A folder whose marker (.vllm-fleet-source.json) names the same repository and
@@ -18,7 +16,6 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,35 +51,20 @@ def _explain(exc: Exception, repo: str, folder: Path | None = None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def resolve(repo: str, revision: str, token: str | None) -> dict[str, Any]:
-    from huggingface_hub import HfApi
-
-    return {"commit": HfApi().model_info(repo, revision=revision, token=token).sha}
-
-
-def space(repo: str, commit: str, folder: Path, allow: list[str] | None, token: str | None) -> dict[str, Any]:
-    """The bytes the commit's wanted files need beyond what the folder holds, and what its
-    filesystem has free (the nearest folder that exists)."""
+def resolve(repo: str, revision: str, allow: list[str] | None, token: str | None) -> dict[str, Any]:
+    """The revision's commit, and the bytes of its files under the allow patterns (the role
+    checks each node's room for them with space.py before anything is fetched)."""
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import RepoFile
     from huggingface_hub.utils import filter_repo_objects
 
-    tree = HfApi().list_repo_tree(repo, revision=commit, recursive=True, token=token)
-    files = [f for f in tree if isinstance(f, RepoFile)]
+    api = HfApi()
+    commit = api.model_info(repo, revision=revision, token=token).sha
+    files = [
+        f for f in api.list_repo_tree(repo, revision=commit, recursive=True, token=token) if isinstance(f, RepoFile)
+    ]
     size = sum(f.size for f in filter_repo_objects(files, allow_patterns=allow or None, key=lambda f: f.path))
-    present = 0
-    for root, _dirs, names in os.walk(folder):
-        for name in names:
-            try:
-                present += (Path(root) / name).stat().st_size
-            except OSError:
-                continue
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    stat = os.statvfs(probe)
-    free = stat.f_bfree * stat.f_frsize if os.geteuid() == 0 else stat.f_bavail * stat.f_frsize
-    return {"dir": str(folder), "free": free, "present": present, "needed": max(0, size - present), "size": size}
+    return {"commit": commit, "bytes": size}
 
 
 def download(repo: str, commit: str, folder: Path, allow: list[str] | None, token: str | None) -> dict[str, Any]:
@@ -93,9 +75,6 @@ def download(repo: str, commit: str, folder: Path, allow: list[str] | None, toke
         recorded = json.loads(marker.read_text())
         if recorded.get("repo") == repo and recorded.get("commit") == commit:
             return {"changed": False, "commit": commit, "files": recorded.get("files", 0)}
-    room = space(repo, commit, folder, allow, token)
-    if room["needed"] > room["free"]:
-        return {"error": f"no room for {repo} at {folder}", "space": room}
     folder.mkdir(parents=True, exist_ok=True)
     snapshot_download(repo, revision=commit, local_dir=folder, allow_patterns=allow or None, token=token)
     files = sum(1 for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts and p.name != MARKER)
@@ -115,7 +94,7 @@ def main() -> int:
     token = _token(args.token_file)
     try:
         if args.action == "resolve":
-            result = resolve(args.repo, args.revision, token)
+            result = resolve(args.repo, args.revision, args.allow, token)
         else:
             if args.dir is None:
                 parser.error("download needs --dir")
@@ -124,7 +103,7 @@ def main() -> int:
         print(json.dumps({"error": _explain(exc, args.repo, args.dir)}))
         return 1
     print(json.dumps(result))
-    return 0 if "error" not in result else 1
+    return 0
 
 
 if __name__ == "__main__":
