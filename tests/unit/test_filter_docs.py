@@ -25,6 +25,15 @@ OPERATOR_ONLY = {
     # The NCCL transport check (vllm_fleet/ops/nccl.py) for an operator's own play on a rank's log; the
     # verify phase does not read NCCL logs yet.
     "vllm_fleet_nccl_check",
+    # The plan phase's steps, for an operator's own play: site.yml runs them as one Python pass (the
+    # action plugins/action/vllm_fleet_plan_phase.py; issue 48), and tests/unit/test_plan_phase.py
+    # checks that both give the same plan, deployment and records.
+    "vllm_fleet_plan_nodes",
+    "vllm_fleet_plan_models",
+    "vllm_fleet_check_ports",
+    "vllm_fleet_deployment",
+    "vllm_fleet_records",
+    "vllm_fleet_plan_table",
 }
 
 

@@ -213,20 +213,28 @@ def _part(inst: dict[str, Any], node: str) -> tuple[str, int]:
     return ("ray worker" if inst["executor"] == "ray" else "headless"), rank
 
 
-def runs_ray(plan: dict[str, Any], node: str, settings: dict[str, Any]) -> bool:
+def runs_ray(
+    plan: dict[str, Any], node: str, settings: dict[str, Any], here: list[dict[str, Any]] | None = None
+) -> bool:
     """Whether ``node`` is in a Ray cluster (see :func:`ray_membership`): it has a stage of a
-    Ray-executor instance, or ``vllm_fleet_ray: always`` puts every node of the plan in one."""
-    if any(i["executor"] == "ray" for i in _instances_here(plan, node)):
+    Ray-executor instance, or ``vllm_fleet_ray: always`` puts every node of the plan in one.
+    ``here``: the instances with a stage on ``node``, where the caller has them by node."""
+    if any(i["executor"] == "ray" for i in (_instances_here(plan, node) if here is None else here)):
         return True
     return settings.get("ray") == "always" and node in [n["name"] for n in plan.get("nodes") or []]
 
 
 def ray_membership(
-    plan: dict[str, Any], node: str, settings: dict[str, Any], ray: dict[str, Any]
+    plan: dict[str, Any],
+    node: str,
+    settings: dict[str, Any],
+    ray: dict[str, Any],
+    here: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """The Ray cluster ``node`` belongs to: the one of its Ray-executor instance, or
-    (``vllm_fleet_ray: always``) one cluster over every node of the plan."""
-    mine = [i for i in _instances_here(plan, node) if i["executor"] == "ray"]
+    (``vllm_fleet_ray: always``) one cluster over every node of the plan. ``here``: as for
+    :func:`runs_ray`."""
+    mine = [i for i in (_instances_here(plan, node) if here is None else here) if i["executor"] == "ray"]
     if len(mine) > 1:
         raise PlanError(
             "vllm_fleet_multinode_backend",
@@ -292,7 +300,7 @@ def node_record(
     cpu = any(i.get("device") == "cpu" for i in here) or str(settings.get("gpu") or "").lower() == "cpu"
     runtime = str(settings.get("runtime") or "container")
     version = str(settings.get("vllm_version") or plan.get("vllm_version"))
-    ray = ray_membership(plan, node, settings, ray_vars)
+    ray = ray_membership(plan, node, settings, ray_vars, here)
     ray_executor_here = any(i["executor"] == "ray" for i in here)
 
     package = settings.get("vllm_package")

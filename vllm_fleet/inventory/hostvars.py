@@ -78,6 +78,26 @@ def given(host: Any, name: str) -> Any:
     return host.get(name) if name in host else None
 
 
+# Every host variable that node_values, plan_nodes, contexts, fabric and addresses read (the
+# settings come from settings_of): a plan phase that ran no host play reads these once per host
+# (:func:`snapshot`), and tests/unit/test_plan_phase.py checks that nothing else is read.
+_DETECTED_KEYS = ("gpu", "gpu_count", "gpu_memory_gib", "gpu_free_gib", "nvlink", "unified_memory", "nic_gbps",
+                  "interface", "address")  # fmt: skip
+HOST_KEYS = ("gpu_facts_found", "ansible_host", "vllm_fleet_cpu_cores", *(f"vllm_fleet_{k}" for k in _DETECTED_KEYS))
+
+
+def snapshot(hostvars: Any, names: list[str]) -> dict[str, dict[str, Any]]:
+    """``{name: {key: value}}`` of :data:`HOST_KEYS` that each host has, as plain values: what the
+    planner's nodes and the records' contexts read of those hosts, read once."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name in out or name not in hostvars:
+            continue
+        host = hostvars[name]
+        out[str(name)] = {k: plain(host[k]) for k in HOST_KEYS if k in host}
+    return out
+
+
 def node_values(host: Any) -> dict[str, Any]:
     """A node's GPUs, NIC, interface, address and cores as the planner takes them: the
     inventory's vllm_fleet_* value where it states one, else what gpu_facts detected there
@@ -343,3 +363,27 @@ def role_digest(role_path: str) -> str:
         for path in sorted(found):
             sha.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return sha.hexdigest()
+
+
+class ReadOnce(Mapping[str, Any]):
+    """``hostvars`` with each host read once: every read of Ansible's ``hostvars[name]`` merges
+    that host's variables again (about 0.5 ms, and it cleans the host's facts), and the plan
+    phase reads each node several times (settings, the planner's nodes, its record's context)."""
+
+    def __init__(self, hostvars: Any) -> None:
+        self._hostvars = hostvars
+        self._read: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._read:
+            self._read[name] = self._hostvars[name]
+        return self._read[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._read or name in self._hostvars
+
+    def __iter__(self) -> Any:
+        return iter(self._hostvars)
+
+    def __len__(self) -> int:
+        return len(self._hostvars)

@@ -418,14 +418,17 @@ def node_ports(
     settings: Mapping[str, Any],
     role: Mapping[str, Any],
     monitoring: Mapping[str, Any] | None = None,
+    shared: Mapping[str, Any] | None = None,
 ) -> list[_Ports]:
     """The ports ``plan`` has ``name`` listen on, with the variable that moves each
     (vllm_fleet/deploy/records.py's record of the node): the API port of each instance headed here;
     on the head of a multi-node instance the native master port (native), the DP RPC port
     (DP) and the group wrapper's presence port (master_port + 1); the gateway where nginx
     runs, with the vllm-routers' ports behind it; Ray's ports and worker range where the node
-    is in a Ray cluster."""
-    heads = [i for i in plan.get("instances") or [] if i.get("head_node") == name]
+    is in a Ray cluster. ``shared``: what every node's check reads of the whole plan
+    (:func:`_shared_ports`), worked out once by :func:`check_plan_ports`."""
+    common = shared if shared is not None else _shared_ports(plan, settings)
+    heads = list(common["heads"].get(name) or [])
     out: list[_Ports] = []
     first = int(settings.get("port") or 8000)
     api = sorted(int(i["port"]) for i in heads)
@@ -443,18 +446,30 @@ def node_ports(
                           master + 1, master == 29501))  # fmt: skip
     if "dp" in executors:
         out.append(_Ports(PREFIX + "dp_rpc_port", f"{PREFIX}dp_rpc_port", rpc, rpc, rpc == 13345))
-    gateway = deployment.gateway_of(dict(plan), dict(settings))
+    gateway = common["gateway"]
     if gateway["enabled"] and gateway["host"] == name:
         gw = int(gateway["port"])
         out.append(_Ports(PREFIX + "gateway_port", f"{PREFIX}gateway_port (nginx)", gw, gw, gw == 8080))
         if gateway["balancer"] == "vllm-router":
             out += _router_ports(name, role, max(1, len(gateway["routes"])))
-    if records.runs_ray(dict(plan), name, dict(settings)):
+    if records.runs_ray(dict(plan), name, dict(settings), list(common["here"].get(name) or [])):
         out += _ray_ports(name, role)
     if monitoring is None:
         monitoring = _shared_monitoring(plan, settings)
     out += _monitoring_ports(name, settings, gateway, monitoring)
     return out
+
+
+def _shared_ports(plan: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The instances headed on each node and with a stage on each node, and the gateway (its
+    settings are deployment-wide): one pass over the plan for every node's ports."""
+    heads: dict[str, list[Mapping[str, Any]]] = {}
+    here: dict[str, list[Mapping[str, Any]]] = {}
+    for inst in plan.get("instances") or []:
+        heads.setdefault(str(inst.get("head_node")), []).append(inst)
+        for node in inst.get("nodes") or []:
+            here.setdefault(str(node), []).append(inst)
+    return {"heads": heads, "here": here, "gateway": deployment.gateway_of(dict(plan), dict(settings))}
 
 
 def _shared_monitoring(plan: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -610,8 +625,9 @@ def check_plan_ports(
     # Monitoring is deployment-wide ("all" scope): worked out once, not once per node.
     first = next(iter(per_node.values()), None)
     monitoring = _shared_monitoring(plan, first) if first is not None else None
+    shared = _shared_ports(plan, first) if first is not None else None
     for name, settings in per_node.items():
-        _check_ports(name, node_ports(plan, name, settings, (role_vars or {}).get(name) or {}, monitoring))
+        _check_ports(name, node_ports(plan, name, settings, (role_vars or {}).get(name) or {}, monitoring, shared))
 
 
 def unknown(names: Iterable[str]) -> list[str]:
