@@ -74,11 +74,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 gateway = plan_phase.deployment_for(plan, settings, hostvars)["gateway"]
                 result["changed"], result["msg"], result["plan_sha"] = plan_phase.write_plan(folder, plan, gateway)
             if step == "records":
-                by_node = plan_phase.records_for(plan, settings, hostvars)
-                result["changed"] = plan_phase.write_records(folder, by_node) or result["changed"]
+                # The records and deployment.json are this run's working files, as the facts they
+                # replaced were: only a changed plan.json / plan.md counts as a change.
+                plan_phase.write_records(folder, plan_phase.records_for(plan, settings, hostvars))
                 whole = plan_phase.deployment_for(plan, settings, hostvars)
-                wrote, result["deployment"] = plan_phase.write_deployment(folder, whole)
-                result["changed"] = wrote or result["changed"]
+                _, result["deployment"] = plan_phase.write_deployment(folder, whole)
                 result["records_dir"] = str(folder / plan_phase.RECORDS)
         except inventory.InventoryError as err:
             raise AnsibleActionFail(str(err)) from None
