@@ -30,7 +30,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     """step=settings: writes plan-inputs.json; C(settings) what the plays read of it
     (vllm_fleet/inventory/plan_phase.py write_inputs). The later steps read the hosts from that
     file unless C(gathered) (a host play ran since: they read Ansible's hostvars again).
-    step=plan: writes plan.json and plan.md; C(msg) the table, C(plan_sha) plan.json's sha256.
+    step=plan: writes plan.json and plan.md (not in check mode: the plan that was applied stays) and
+    the working copy the records step reads; C(msg) the table, C(plan_sha) the plan's sha256.
     step=records: writes records/<node>.json and deployment.json; C(deployment) without its long
     lists (write_deployment), C(records_dir), and C(msg)/C(plan_sha) when it planned."""
 
@@ -68,11 +69,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 hostvars = inputs["hosts"]
             sha = str(args.get("plan_sha") or "")
             if sha:
-                plan = plan_phase.read_back(folder / "plan.json", sha)
+                plan = plan_phase.read_back(folder / plan_phase.PLAN_WORK, sha)
             else:
                 plan = plan_phase.plan_of(inventory.plan_nodes(hostvars, nodes), settings)
                 gateway = plan_phase.deployment_for(plan, settings, hostvars)["gateway"]
-                result["changed"], result["msg"], result["plan_sha"] = plan_phase.write_plan(folder, plan, gateway)
+                result["changed"], result["msg"], result["plan_sha"] = plan_phase.write_plan(
+                    folder, plan, gateway, bool(self._task.check_mode)
+                )
             if step == "records":
                 # The records and deployment.json are this run's working files, as the facts they
                 # replaced were: only a changed plan.json / plan.md counts as a change.

@@ -123,10 +123,18 @@ def test_the_files_are_written_once_and_read_back_only_as_written(tmp_path: Path
     assert changed and "Plan for meta-llama/Llama-3.1-70B-Instruct" in table
     assert (folder / "plan.md").read_text().startswith("# vllm-fleet plan")
     assert plan_phase.write_plan(folder, plan, None)[0] is False  # the same text: untouched
-    assert plan_phase.read_back(folder / "plan.json", sha) == json.loads(json.dumps(plan))
-    (folder / "plan.json").write_text("{}\n")
+    work = folder / plan_phase.PLAN_WORK
+    assert plan_phase.read_back(work, sha) == json.loads(json.dumps(plan))
+    # Check mode: plan.json and plan.md keep the plan that was applied; the change is reported.
+    applied = (folder / "plan.json").read_text(), (folder / "plan.md").read_text()
+    other = {**plan, "warnings": [*plan.get("warnings", []), "another plan"]}
+    changed, _, other_sha = plan_phase.write_plan(folder, other, None, check=True)
+    assert changed and ((folder / "plan.json").read_text(), (folder / "plan.md").read_text()) == applied
+    assert plan_phase.read_back(work, other_sha)["warnings"][-1] == "another plan"
+    assert plan_phase.write_plan(folder, plan, None, check=True)[0] is False
+    work.write_text("{}\n")
     with pytest.raises(inventory.InventoryError, match=r"changed during this run.*fix: run one site\.yml at a time"):
-        plan_phase.read_back(folder / "plan.json", sha)
+        plan_phase.read_back(work, sha)
 
     by_node = plan_phase.records_for(plan, settings, full)
     (folder / "records").mkdir()

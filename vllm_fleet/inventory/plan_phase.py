@@ -106,11 +106,8 @@ def digest(text: str) -> str:
 def write(path: Path, text: str, mode: int = 0o644) -> bool:
     """``text`` at ``path`` unless it is there already (True when written): a temporary file in
     the same folder renamed into place."""
-    try:
-        if path.read_text() == text and (path.stat().st_mode & 0o777) == mode:
-            return False
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
+    if unchanged(path, text, mode):
+        return False
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as out:
@@ -123,17 +120,40 @@ def write(path: Path, text: str, mode: int = 0o644) -> bool:
     return True
 
 
-def write_plan(folder: Path, plan: dict[str, Any], gateway: dict[str, Any] | None) -> tuple[bool, str, str]:
-    """plan.json and plan.md in ``folder`` (created); returns (changed, the table, plan.json's digest)."""
+# This run's plan for its later steps, written in check mode too (plan.json is not).
+PLAN_WORK = ".plan-phase.json"
+
+
+def unchanged(path: Path, text: str, mode: int = 0o644) -> bool:
+    """Whether ``path`` holds ``text`` already, with ``mode``."""
+    try:
+        return path.read_text() == text and (path.stat().st_mode & 0o777) == mode
+    except (FileNotFoundError, UnicodeDecodeError):
+        return False
+
+
+def write_plan(
+    folder: Path, plan: dict[str, Any], gateway: dict[str, Any] | None, check: bool = False
+) -> tuple[bool, str, str]:
+    """plan.json and plan.md in ``folder`` (created), and the working copy the records step
+    reads back (:data:`PLAN_WORK`); returns (changed, the table, the plan's digest). In check
+    mode plan.json and plan.md stay as they are (``vllm-fleet status`` reads the plan that was
+    applied) and ``changed`` says whether they would change."""
     folder.mkdir(parents=True, exist_ok=True)
     text, table = plan_text(plan), render_plan(plan, gateway)
-    changed = write(folder / "plan.json", text)
-    changed = write(folder / "plan.md", f"# vllm-fleet plan\n\n```\n{table}\n```\n") or changed
+    people = f"# vllm-fleet plan\n\n```\n{table}\n```\n"
+    write(folder / PLAN_WORK, text, 0o600)
+    if check:
+        changed = not unchanged(folder / "plan.json", text) or not unchanged(folder / "plan.md", people)
+    else:
+        changed = write(folder / "plan.json", text)
+        changed = write(folder / "plan.md", people) or changed
     return changed, table, digest(text)
 
 
 def read_back(path: Path, sha: str) -> dict[str, Any]:
-    """A file this run wrote (plan-inputs.json, plan.json), which must still be the one written (``sha``)."""
+    """A file this run wrote (plan-inputs.json, the plan's working copy), which must still be the
+    one written (``sha``)."""
     text = path.read_text()
     if digest(text) != sha:
         raise inventory.InventoryError(
