@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 TIMEOUT = 120.0
@@ -326,7 +327,10 @@ def probe(target: dict[str, Any], key: str = "") -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None, stdin: TextIO | None = None) -> int:
-    targets = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    # The endpoints as JSON, or @FILE holding them: a deployment of hundreds of instances passes
+    # Linux's limit on one argument (128 KiB; 430 KiB at 1,000 nodes).
+    given = (sys.argv[1:] if argv is None else argv)[0]
+    targets = json.loads(Path(given[1:]).read_text() if given.startswith("@") else given)
     key = read_key(sys.stdin if stdin is None else stdin)
     print(json.dumps([probe(t, key) for t in targets]))
     return 0

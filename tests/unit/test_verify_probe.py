@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -308,3 +309,13 @@ def test_the_load_starts_no_request_after_its_budget() -> None:
         measured = probe.run_load(endpoint, "m", load)
         # 40 tokens 2 ms apart: the first request alone outlasts the budget, and no other starts.
         assert measured["requests"] == 1 and measured["failed"] == 0
+
+
+def test_the_endpoints_can_come_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """verify.yml passes @FILE: 1,000 nodes' endpoints (430 KiB) pass Linux's 128 KiB per argument."""
+    targets = [{"endpoint": "127.0.0.1:9", "via": "direct", "model": f"m{i}"} for i in range(3)]
+    listed = tmp_path / "targets.json"
+    listed.write_text(json.dumps(targets))
+    assert probe.main([f"@{listed}"], io.StringIO("\n")) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert len(results) == 3 and all(r["ok"] is False for r in results)
