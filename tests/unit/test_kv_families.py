@@ -536,3 +536,53 @@ def test_qwen3_5_moe_lora_is_3d_only_in_its_conditional_generation_class() -> No
 
     # One w13 A (rank x hidden) less per expert, its B twice as wide is the same size.
     assert lora("Qwen3_5MoeForCausalLM") - lora("Qwen3_5MoeForConditionalGeneration") == 16 * 8 * 1024 * BF16
+
+
+# The mamba cache mode per release (read in the PyPI sdists): whether prefix caching is on for a
+# hybrid model by default (ModelConfig.is_prefix_caching_supported: off to 0.25.1, on from
+# 0.26.0) and what it does to the mamba layers (MambaModelConfig.verify_and_update_config:
+# 0.11 none; 0.14 "all" for SupportsMambaPrefixCaching models, disabled for the others; 0.16 to
+# 0.27 "all" for those, "align" for the others; "align" from 0.28). Blocks per request and
+# mamba group (MambaSpec.max_memory_usage_bytes): none 1, align 2, all cdiv(len, block).
+NEMOTRON_H_ARCH = {**NEMOTRON_H, "architectures": ["NemotronHForCausalLM"]}
+
+
+@pytest.mark.parametrize(
+    ("config", "version", "prefix_caching", "per_group"),
+    [
+        pytest.param(QWEN3_NEXT, "0.19.0", None, "none", id="qwen3-next-0.19-default-off"),
+        pytest.param(QWEN3_NEXT, "0.25.1", None, "none", id="qwen3-next-0.25-default-off"),
+        pytest.param(QWEN3_NEXT, "0.26.0", None, "align", id="qwen3-next-0.26-default-on"),
+        pytest.param(QWEN3_NEXT, "0.19.0", True, "align", id="qwen3-next-0.19-asked"),
+        pytest.param(QWEN3_NEXT, "0.14.0", True, "none", id="qwen3-next-0.14-asked-disabled"),
+        pytest.param(QWEN3_NEXT, "0.11.0", True, "none", id="qwen3-next-0.11-asked-off"),
+        pytest.param(QWEN3_NEXT, "0.32.0", False, "none", id="qwen3-next-0.32-turned-off"),
+        pytest.param(NEMOTRON_H_ARCH, "0.26.0", None, "all", id="nemotron-h-0.26-default-all"),
+        pytest.param(NEMOTRON_H_ARCH, "0.27.0", None, "all", id="nemotron-h-0.27-default-all"),
+        pytest.param(NEMOTRON_H_ARCH, "0.28.0", None, "align", id="nemotron-h-0.28-align"),
+        pytest.param(NEMOTRON_H_ARCH, "0.19.0", None, "none", id="nemotron-h-0.19-default-off"),
+        pytest.param(NEMOTRON_H_ARCH, "0.19.0", True, "all", id="nemotron-h-0.19-asked-all"),
+        pytest.param(NEMOTRON_H_ARCH, "0.14.0", True, "all", id="nemotron-h-0.14-asked-all"),
+    ],
+)
+def test_the_mamba_blocks_a_request_holds_follow_the_release(
+    config: dict[str, Any], version: str, prefix_caching: bool | None, per_group: str
+) -> None:
+    mml = 32768
+    _, est = run(config, max_model_len=mml, vllm_version=version, enable_prefix_caching=prefix_caching)
+    block = est.block_size
+    mamba_groups = 3  # both configs: 3 mamba groups next to their attention group(s)
+    attention = cdiv(mml, block)  # one attention group in both
+    each = {"none": 1, "align": 2, "all": cdiv(mml, block)}[per_group]
+    assert est.num_gpu_blocks / est.max_concurrency == pytest.approx(attention + mamba_groups * each)
+    assert f"mamba_cache_mode {per_group}" in " ".join(est.assumptions)
+
+
+def test_issue_40691_blocks_per_request_on_0_19() -> None:
+    """vLLM issue #40691 (0.19.0, Qwen3.5, 32,768-token requests): 33.04x from 1,487 blocks of
+    784 tokens is 45 blocks a request, 42 of full attention and one per mamba group (3): the
+    release held one state per request (prefix caching off for hybrids), not "align"'s two."""
+    attention, groups = cdiv(32768, 784), 3
+    assert attention == 42
+    assert round(1487 / (attention + groups * 1), 2) == 33.04  # the log's figure
+    assert round(1487 / (attention + groups * 2), 2) != 33.04  # "align" would print 30.98

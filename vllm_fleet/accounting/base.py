@@ -119,6 +119,18 @@ class Accounting:
     # get_kv_cache_configs checks a request against available memory less one block (the
     # null block BlockPool holds back), as 0.32 does.
     null_block_reserved: bool = False
+    # Prefix caching on by default for hybrid (mamba, linear-attention) models:
+    # ModelConfig.is_prefix_caching_supported says "hybrid" is supported from 0.26.0 (False in
+    # the 0.19.0, 0.20.0, 0.22.0, 0.24.0, 0.25.0 and 0.25.1 sdists; True in 0.26.0, 0.28.0,
+    # 0.30.0 and 0.32).
+    hybrid_prefix_caching: bool = True
+    # How prefix caching reaches mamba layers (MambaModelConfig.verify_and_update_config, and
+    # MambaSpec.max_memory_usage_bytes): "off" (0.11: one block per request, prefix caching
+    # disabled for mamba models), "all" (0.14: models with SupportsMambaPrefixCaching keep a
+    # state per block; the others have prefix caching disabled), "all-or-align" (0.16 to 0.27:
+    # those models "all", the others "align", 2 blocks), "align" (0.28 on). 0.12, 0.13 and 0.15
+    # were not read: taken as their neighbours.
+    mamba_prefix_caching: str = "align"
 
     @classmethod
     def for_version(cls, version: str, engine: str | None = None) -> Accounting:
@@ -136,6 +148,10 @@ class Accounting:
             in_flight_batches=rel >= (0, 32),
             tokens_from_concurrency=rel >= (0, 21),
             null_block_reserved=rel >= (0, 32),
+            hybrid_prefix_caching=rel >= (0, 26),
+            mamba_prefix_caching=(
+                "off" if rel < (0, 14) else "all" if rel < (0, 16) else "all-or-align" if rel < (0, 28) else "align"
+            ),
         )
 
 

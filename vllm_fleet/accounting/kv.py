@@ -105,7 +105,10 @@ class _KvLayout:
         """One group's blocks for a request of ``length`` tokens (its spec's
         ``max_memory_usage_bytes`` / page)."""
         if g.kind == "mamba":
-            # MambaSpec.max_memory_usage_bytes: 2 blocks in "align" mode, else 1.
+            # MambaSpec.max_memory_usage_bytes: a block per block of the request in "all" mode,
+            # 2 in "align" mode, else 1.
+            if self.mamba_mode == "all":
+                return _ceil_div(length, g.block)
             return 2 if self.mamba_mode == "align" else 1
         if g.kind == "sliding" and g.window:
             # SlidingWindowSpec.max_admission_blocks_per_request.
@@ -146,6 +149,32 @@ def _group_layers(buckets: dict[tuple[str, int], list[int]]) -> list[tuple[str, 
         n = _ceil_div(len(layers), group_size)
         out += [(kind, size, tuple(layers[i::n])) for i in range(n)]
     return out
+
+
+# The architectures whose vLLM class is SupportsMambaPrefixCaching (0.26.0's models: falcon_h1,
+# granitemoehybrid, jamba, mamba, mamba2, nemotron_h, zamba2): where prefix caching keeps a
+# mamba state per block ("all" mode) in the releases that offer it.
+MAMBA_PREFIX_CACHING_ARCHS = frozenset(
+    {"FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "JambaForCausalLM", "MambaForCausalLM",
+     "Mamba2ForCausalLM", "NemotronHForCausalLM", "Zamba2ForCausalLM"}
+)  # fmt: skip
+
+
+def mamba_cache_mode(spec: ModelSpec, settings: Settings, acct: Accounting) -> str:
+    """``cache_config.mamba_cache_mode`` once vLLM has set it for a model with mamba layers:
+    "none" (one state per request), "align" (2) or "all" (one per block). Prefix caching is the
+    operator's --enable-prefix-caching, else the release's default for hybrid models."""
+    enabled = settings.enable_prefix_caching
+    if enabled is None:
+        enabled = acct.hybrid_prefix_caching
+    if not enabled or acct.mamba_prefix_caching == "off":
+        return "none"
+    supports = bool(set(spec.architectures) & MAMBA_PREFIX_CACHING_ARCHS)
+    if acct.mamba_prefix_caching == "all":
+        return "all" if supports else "none"
+    if acct.mamba_prefix_caching == "all-or-align":
+        return "all" if supports else "align"
+    return "align"
 
 
 CHUNKED_HYBRID_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
@@ -219,8 +248,7 @@ def _kv_layout(
     mamba_layers = [i for i in all_layers if spec.has_mamba(i)] if acct.engine == "v1" else []
     attn_layers = [i for i in all_layers if spec.has_attention(i) or not spec.is_hybrid]
     state = _mamba_state_bytes(spec, tp, db) if mamba_layers else 0
-    # Prefix caching is vLLM's default (None here).
-    mode = "none" if settings.enable_prefix_caching is False else "align"
+    mode = mamba_cache_mode(spec, settings, acct) if mamba_layers else "none"
     if mamba_layers and attn_layers:
         block = _attention_block(spec, token_bytes, state, block)
     page = token_bytes * block
@@ -251,7 +279,7 @@ def _kv_layout(
         buckets.setdefault(("full", 0), []).extend(drafts)
     for i in mamba_layers:
         buckets.setdefault(("mamba", 0), []).append(i)
-    mamba_block = block if mode == "align" else mml
+    mamba_block = mml if mode == "none" else block
     groups = tuple(
         _KvGroup(
             kind,
@@ -316,8 +344,13 @@ def _kv_parts(
         lines.append(
             f"mamba state: {layout.mamba_state_bytes:,} bytes per sequence and layer on each rank (TP={tp}), padded "
             f"to the attention page; attention block {layout.block} tokens (Platform._align_hybrid_block_size); "
-            f"mamba_cache_mode {layout.mamba_mode}: {2 if layout.mamba_mode == 'align' else 1} block(s) per request "
-            "per mamba group"
+            f"mamba_cache_mode {layout.mamba_mode}: "
+            + (
+                "a block per block of the request"
+                if layout.mamba_mode == "all"
+                else f"{2 if layout.mamba_mode == 'align' else 1} block(s) per request"
+            )
+            + " per mamba group (the release's prefix-caching default for hybrid models unless set)"
         )
     if layout.mamba_state_bytes:
         lines.append(
