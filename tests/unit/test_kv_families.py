@@ -112,6 +112,33 @@ def test_groups_of_the_larger_bucket_when_below_one_and_a_half_times_the_smaller
     assert est.parts()["kv.groups"] == 2
 
 
+@pytest.mark.parametrize(
+    ("full", "sliding", "version", "groups", "per_group"),
+    [
+        (13, 10, "0.32.0", 2, 13),  # 13 < 1.5 x 10: groups of 13 (the sliding bucket padded)
+        (13, 10, "0.18.0", 2, 13),
+        (13, 10, "0.17.0", 3, 10),  # 13 >= 1.25 x 10: groups of 10, full split in two
+        (13, 12, "0.14.0", 2, 13),  # 13 < 1.25 x 12
+        (13, 12, "0.11.0", 3, 12),  # 0.11: always the smallest bucket
+    ],
+)
+def test_the_group_size_rule_follows_the_release(
+    full: int, sliding: int, version: str, groups: int, per_group: int
+) -> None:
+    """_get_kv_cache_groups_uniform_page_size's group size by release (read in the sdists):
+    the smallest bucket's layer count, or the largest's when below 1.5x the smallest (0.18
+    on), 1.25x (0.12 to 0.17), never (0.11)."""
+    types = ["full_attention"] * full + ["sliding_attention"] * sliding
+    _, est = run(
+        attention_cfg("gpt_oss", full + sliding, sliding_window=128, layer_types=types),
+        max_model_len=32768,
+        vllm_version=version,
+    )
+    page = 2 * 4 * 64 * BF16 * 16
+    assert est.parts()["kv.groups"] == groups
+    assert est.num_gpu_blocks == MEM // (per_group * page)
+
+
 def test_older_release_prints_blocks_per_group_times_block() -> None:
     types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(6)]
     _, est = run(

@@ -131,6 +131,11 @@ class Accounting:
     # those models "all", the others "align", 2 blocks), "align" (0.28 on). 0.12, 0.13 and 0.15
     # were not read: taken as their neighbours.
     mamba_prefix_caching: str = "align"
+    # _get_kv_cache_groups_uniform_page_size: the groups take the largest bucket's layer count
+    # when it is below this many times the smallest's, else the smallest's (padding layers fill
+    # the last group of a bucket): 1.5 from 0.18.0, 1.25 in 0.12.0 to 0.17.0, never in 0.11.0
+    # (0 here: always the smallest). Read in those sdists.
+    group_max_ratio: float = 1.5
 
     @classmethod
     def for_version(cls, version: str, engine: str | None = None) -> Accounting:
@@ -149,6 +154,7 @@ class Accounting:
             tokens_from_concurrency=rel >= (0, 21),
             null_block_reserved=rel >= (0, 32),
             hybrid_prefix_caching=rel >= (0, 26),
+            group_max_ratio=0.0 if rel < (0, 12) else 1.25 if rel < (0, 18) else 1.5,
             mamba_prefix_caching=(
                 "off" if rel < (0, 14) else "all" if rel < (0, 16) else "all-or-align" if rel < (0, 28) else "align"
             ),

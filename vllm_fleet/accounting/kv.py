@@ -136,13 +136,16 @@ def _attention_block(spec: ModelSpec, token_bytes: int, mamba_page: int, block: 
     return max(block, size)
 
 
-def _group_layers(buckets: dict[tuple[str, int], list[int]]) -> list[tuple[str, int, tuple[int, ...]]]:
+def _group_layers(
+    buckets: dict[tuple[str, int], list[int]], ratio: float = 1.5
+) -> list[tuple[str, int, tuple[int, ...]]]:
     """``_get_kv_cache_groups_uniform_page_size``: split each bucket of same-spec layers
-    into groups of the same size (the smallest bucket; the largest when it is below 1.5x
-    the smallest), layers[i::n] to the i-th of a bucket's n groups."""
+    into groups of the same size (the smallest bucket; the largest when it is below ``ratio``
+    times the smallest: Accounting.group_max_ratio, by release), layers[i::n] to the i-th of a
+    bucket's n groups."""
     sizes = [len(v) for v in buckets.values()]
     group_size = min(sizes)
-    if max(sizes) < group_size * 1.5:
+    if max(sizes) < group_size * ratio:
         group_size = max(sizes)
     out: list[tuple[str, int, tuple[int, ...]]] = []
     for (kind, size), layers in buckets.items():
@@ -289,7 +292,7 @@ def _kv_layout(
             window=size if kind == "sliding" else 0,
             chunk=size if kind == "chunked" else 0,
         )
-        for kind, size, layers in _group_layers(buckets)
+        for kind, size, layers in _group_layers(buckets, acct.group_max_ratio)
     )
     return _KvLayout(groups, block, token_bytes, state, mode, in_flight)
 
