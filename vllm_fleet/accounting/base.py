@@ -109,15 +109,16 @@ class Accounting:
     # 0.32's fused MoE: workspaces for all the tokens of the call (no VLLM_FUSED_MOE_CHUNK_SIZE),
     # shaped as TritonExperts.workspace_shapes; older releases keep the planner's chunked rule.
     moe_unchunked: bool = False
-    # Sliding-window groups reserve max_in_flight_tokens (async scheduling's batches in
-    # flight) rather than one batch (0.32's SlidingWindowSpec; when this came in is not pinned).
+    # Sliding-window and chunked groups reserve max_in_flight_tokens (VllmConfig's
+    # max_concurrent_batches x max_num_batched_tokens) rather than one batch: from 0.26.0 (the
+    # 0.25.0 sdist's max_admission_blocks_per_request still takes max_num_batched_tokens).
     in_flight_batches: bool = False
     # "GPU KV cache size" = int(max_concurrency x max_model_len) (get_kv_cache_capacity);
-    # before: num_blocks // len(groups) x min block size. vLLM 0.19 still printed the old
-    # figure (vllm issue 40691); 0.21 is taken as the first release with the new one.
+    # before: num_blocks // len(groups) x min block size (vllm issue 40691's 0.19 log). The
+    # 0.20.0 sdist prints the old figure, 0.21.0 the new one.
     tokens_from_concurrency: bool = True
     # get_kv_cache_configs checks a request against available memory less one block (the
-    # null block BlockPool holds back), as 0.32 does.
+    # null block BlockPool holds back): from 0.29.0 (not in the 0.28.0 sdist).
     null_block_reserved: bool = False
     # Prefix caching on by default for hybrid (mamba, linear-attention) models:
     # ModelConfig.is_prefix_caching_supported says "hybrid" is supported from 0.26.0 (False in
@@ -150,9 +151,9 @@ class Accounting:
             mla_align_bytes=256 if eng == "v0" else 0,
             mla_absorbed_qo=eng == "v0" and rel == (0, 7),
             moe_unchunked=rel >= (0, 32) and eng == "v1",
-            in_flight_batches=rel >= (0, 32),
+            in_flight_batches=rel >= (0, 26),
             tokens_from_concurrency=rel >= (0, 21),
-            null_block_reserved=rel >= (0, 32),
+            null_block_reserved=rel >= (0, 29),
             hybrid_prefix_caching=rel >= (0, 26),
             group_max_ratio=0.0 if rel < (0, 12) else 1.25 if rel < (0, 18) else 1.5,
             mamba_prefix_caching=(
