@@ -144,6 +144,8 @@ def test_the_files_are_written_once_and_read_back_only_as_written(tmp_path: Path
     assert json.loads(plan_phase.record_path(folder, "n2").read_text()) == json.loads(json.dumps(by_node["n2"]))
     assert os.stat(folder / "records").st_mode & 0o777 == 0o700
     assert plan_phase.write_records(folder, by_node) is False
+    with pytest.raises(inventory.InventoryError, match="'rack1/n1': this inventory name cannot name its record file"):
+        plan_phase.record_path(folder, "rack1/n1")
 
     whole = plan_phase.deployment_for(plan, settings, full)
     wrote, carried = plan_phase.write_deployment(folder, whole)

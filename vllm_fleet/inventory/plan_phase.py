@@ -176,6 +176,8 @@ def write_inputs(settings: dict[str, Any], hosts: dict[str, dict[str, Any]], sta
     warnings, the wishes, whether every node states its GPUs (``stated``: plan before any host
     is reached), and the file with its sha256 for the plan phase's later steps."""
     folder = Path(settings["artifacts"])
+    for node in settings["nodes"]:
+        record_path(folder, node)  # a name that cannot be a file stops here, before any host is reached
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / INPUTS
     text = as_json({"settings": settings, "hosts": hosts})
@@ -204,6 +206,12 @@ def write_deployment(folder: Path, whole: dict[str, Any]) -> tuple[bool, dict[st
 
 
 def record_path(folder: Path, node: str) -> Path:
+    """Where ``node``'s record goes: a file named after the inventory name, which must be one."""
+    if not node or "/" in node or "\0" in node or node.startswith("."):
+        raise inventory.InventoryError(
+            f"{node!r}: this inventory name cannot name its record file; fix: rename the host in the inventory "
+            "(ansible_host keeps its address)"
+        )
     return folder / RECORDS / f"{node}{RECORD_SUFFIX}"
 
 
