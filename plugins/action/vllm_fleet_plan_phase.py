@@ -70,17 +70,17 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             sha = str(args.get("plan_sha") or "")
             if sha:
                 plan = plan_phase.read_back(folder / plan_phase.PLAN_WORK, sha)
+                whole = plan_phase.deployment_for(plan, settings, hostvars)
             else:
                 plan = plan_phase.plan_of(inventory.plan_nodes(hostvars, nodes), settings)
-                gateway = plan_phase.deployment_for(plan, settings, hostvars)["gateway"]
+                whole = plan_phase.deployment_for(plan, settings, hostvars)
                 result["changed"], result["msg"], result["plan_sha"] = plan_phase.write_plan(
-                    folder, plan, gateway, bool(self._task.check_mode)
+                    folder, plan, whole["gateway"], bool(self._task.check_mode)
                 )
             if step == "records":
                 # The records and deployment.json are this run's working files, as the facts they
                 # replaced were: only a changed plan.json / plan.md counts as a change.
                 plan_phase.write_records(folder, plan_phase.records_for(plan, settings, hostvars))
-                whole = plan_phase.deployment_for(plan, settings, hostvars)
                 _, result["deployment"] = plan_phase.write_deployment(folder, whole)
                 result["records_dir"] = str(folder / plan_phase.RECORDS)
         except inventory.InventoryError as err:

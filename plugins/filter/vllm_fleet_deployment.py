@@ -13,9 +13,8 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet.deploy import deployment
-from vllm_fleet.errors import PlanError, for_inventory
 from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.inventory import plan_phase
 
 DOCUMENTATION = r"""
 name: vllm_fleet_deployment
@@ -61,19 +60,12 @@ _value:
 
 def vllm_fleet_deployment(plan: dict[str, Any], settings: dict[str, Any], hostvars: Any) -> Any:
     plan, settings = inventory.plain(plan), inventory.plain(settings)
-    nodes = settings["nodes"]
-    if not nodes:
+    if not settings.get("nodes"):
         raise AnsibleFilterError("vllm_fleet_deployment: no node settings")
-    first = next(iter(nodes))
-    mine = nodes[first]
-    context = {
-        "addresses": inventory.addresses(mine, hostvars),
-        "role_vars": (settings.get("role_vars") or {}).get(first) or {},
-    }
     try:
-        return deployment.deployment_of(plan, mine, context)
-    except PlanError as err:
-        raise AnsibleFilterError(str(for_inventory(err))) from None
+        return plan_phase.deployment_for(plan, settings, hostvars)
+    except inventory.InventoryError as err:
+        raise AnsibleFilterError(str(err)) from None
 
 
 class FilterModule:

@@ -13,9 +13,8 @@ from ansible.errors import AnsibleFilterError
 # A checkout's plugin plans with the checkout's own package, before any installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vllm_fleet.deploy import records
-from vllm_fleet.errors import PlanError, for_inventory
 from vllm_fleet.inventory import hostvars as inventory
+from vllm_fleet.inventory import plan_phase
 
 DOCUMENTATION = r"""
 name: vllm_fleet_records
@@ -59,13 +58,10 @@ _value:
 
 
 def vllm_fleet_records(plan: dict[str, Any], settings: dict[str, Any], hostvars: Any) -> Any:
-    plan, settings = inventory.plain(plan), inventory.plain(settings)
-    nodes = list(settings.get("nodes") or {})
-    contexts = inventory.plain(inventory.contexts(settings, hostvars, nodes))
     try:
-        return records.records_of(plan, {n: settings["nodes"][n] for n in nodes}, contexts)
-    except PlanError as err:
-        raise AnsibleFilterError(str(for_inventory(err))) from None
+        return plan_phase.records_for(inventory.plain(plan), inventory.plain(settings), hostvars)
+    except inventory.InventoryError as err:
+        raise AnsibleFilterError(str(err)) from None
 
 
 class FilterModule:

@@ -2,14 +2,16 @@
 playbooks/plan.yml): the plan of one model or several with its ports checked, plan.json and
 plan.md, the deployment, and one record file per node, which each node then reads alone.
 
-Ansible's Jinja never holds the plan or the records: at 1,000 hosts the plan is about 14 MiB
+Ansible's Jinja never holds the plan or the records: at 1,000 hosts the plan is about 8 MiB
 and the records 4 MiB, and every fact of that size was walked again by Ansible's templating
-(issue 48: 40 s of a 41 s plan phase). What goes back to Ansible is small: the deployment's
-shared part, the folder of the records and the plan's digest.
+(issue 48: most of a 40 s plan phase). What goes back to Ansible is small: the deployment's
+shared part, the folder of the records and the plan's digest. The filters of the same steps
+(plugins/filter/) call these functions too.
 
-Files are written only when their text changes (``changed`` in Ansible's sense), each through
-a temporary file renamed into place, so a reader never sees half a plan. They are the run's
-own output on the controller and are written in check mode too, like preview.json.
+Files are written only when their text changes, each through a temporary file renamed into
+place, so a reader never sees half a plan. The working files (plan-inputs.json, the plan's
+working copy, deployment.json, records/) are written in check mode too; plan.json and plan.md
+are not (:func:`write_plan`).
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ def _first(settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def plan_of(nodes: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
     """The plan for ``nodes`` (vllm_fleet_plan_nodes' entries) under ``settings`` (what
     vllm_fleet_settings returns): one model (vllm_fleet_model) or several (vllm_fleet_models),
-    then no node with two services on one port, and the gateway's warnings added. The same
-    as the filters vllm_fleet_plan / vllm_fleet_plan_models and vllm_fleet_check_ports."""
+    then :func:`checked`. The same as the filters vllm_fleet_plan / vllm_fleet_plan_models and
+    vllm_fleet_check_ports."""
     _, mine = _first(settings)
     wishes = inventory.clean_wishes(settings.get("wishes"))
     try:
@@ -56,8 +58,18 @@ def plan_of(nodes: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, 
             plan = combined_plan(allocate(wishes_from_data(mine["models"]), cluster, wishes))
         else:
             plan = plan_cluster(load_model(str(mine["model"])), cluster, Wishes(**wishes))
-        interface.check_plan_ports(plan, settings["nodes"], settings.get("role_vars") or {})
-        warnings = deployment.gateway_checks(plan, dict(mine))
+    except PlanError as err:
+        raise inventory.InventoryError(str(for_inventory(err))) from None
+    return checked(plan, settings)
+
+
+def checked(plan: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` once no node has two services on one port, with the gateway's warnings added
+    (vllm_fleet_check_ports)."""
+    nodes = settings.get("nodes") or {}
+    try:
+        interface.check_plan_ports(plan, nodes, settings.get("role_vars") or {})
+        warnings = deployment.gateway_checks(plan, dict(nodes[next(iter(nodes))])) if nodes else []
     except PlanError as err:
         raise inventory.InventoryError(str(for_inventory(err))) from None
     if warnings:
@@ -81,7 +93,7 @@ def deployment_for(plan: dict[str, Any], settings: dict[str, Any], hostvars: Any
 def records_for(plan: dict[str, Any], settings: dict[str, Any], hostvars: Any) -> dict[str, dict[str, Any]]:
     """Every node's record (vllm_fleet_records' filter, the same inputs)."""
     nodes = list(settings.get("nodes") or {})
-    contexts = inventory.contexts(settings, hostvars, nodes)
+    contexts = inventory.plain(inventory.contexts(settings, hostvars, nodes))
     try:
         return records.records_of(plan, {n: settings["nodes"][n] for n in nodes}, contexts)
     except PlanError as err:
@@ -92,11 +104,6 @@ def as_json(data: Any) -> str:
     """A file's JSON text: keys sorted, no indentation (Python's encoder is C only without one:
     indented, plan.json at 1,000 hosts took 0.8 s instead of 0.1 s; ``jq .`` shows it indented)."""
     return json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
-
-
-def plan_text(plan: dict[str, Any]) -> str:
-    """plan.json's text."""
-    return as_json(plan)
 
 
 def digest(text: str) -> str:
@@ -140,7 +147,7 @@ def write_plan(
     mode plan.json and plan.md stay as they are (``vllm-fleet status`` reads the plan that was
     applied) and ``changed`` says whether they would change."""
     folder.mkdir(parents=True, exist_ok=True)
-    text, table = plan_text(plan), render_plan(plan, gateway)
+    text, table = as_json(plan), render_plan(plan, gateway)
     people = f"# vllm-fleet plan\n\n```\n{table}\n```\n"
     write(folder / PLAN_WORK, text, 0o600)
     if check:
