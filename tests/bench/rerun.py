@@ -124,6 +124,18 @@ def _failures(report: dict[str, Any]) -> list[tuple[Task, str]]:
     return out
 
 
+def executions(report: dict[str, Any]) -> dict[str, dict[str, list[int]]]:
+    """Per host, per play: [tasks run, tasks skipped]. Each is one worker fork on the controller
+    (a skipped task too), the unit a re-run's controller CPU grows by."""
+    found: dict[str, dict[str, list[int]]] = {}
+    for play in report.get("plays", []):
+        for entry in play.get("tasks", []):
+            for host, result in entry.get("hosts", {}).items():
+                counts = found.setdefault(host, {}).setdefault(play["play"]["name"], [0, 0])
+                counts[1 if result.get("skipped") else 0] += 1
+    return found
+
+
 def changed_counts(report: dict[str, Any]) -> dict[str, int]:
     return {host: int(stats.get("changed", 0)) for host, stats in report.get("stats", {}).items()}
 
@@ -192,6 +204,15 @@ def main() -> int:
         plays.setdefault(task.play, []).append(task)
     for play, found in plays.items():
         print(f"{sum(t.seconds for t in found):8.2f}  {sum(t.ran for t in found):3}/{len(found):<3}  {play}")
+    print("\nthe re-run's task executions per host (run + skipped; each a worker fork on the controller):")
+    for host, plays_of in sorted(executions(again.report).items()):
+        run, skipped = sum(c[0] for c in plays_of.values()), sum(c[1] for c in plays_of.values())
+        busiest = sorted(plays_of.items(), key=lambda kv: -sum(kv[1]))[:3]
+        print(
+            f"  {host:<12} {run:3} run + {skipped:3} skipped  (most in: "
+            + "; ".join(f"{name[:40]} {c[0]}+{c[1]}" for name, c in busiest)
+            + ")"
+        )
     print(f"\nthe re-run's {SLOWEST} slowest tasks:")
     print(f"{'seconds':>8}  task  [play]")
     for task in sorted(rerun, key=lambda t: t.seconds, reverse=True)[:SLOWEST]:

@@ -323,6 +323,9 @@ def test_verify_rows_and_table_show_blocks() -> None:
     rows = verify_rows(probes, [])
     assert rows[2]["blocks"]["verdict"] == rows[0]["blocks"]["verdict"] == "not reported"
     assert rows[2]["ok"] and verify_table(rows).splitlines()[4].rstrip().endswith("not reported")
+    # no instance's KV report read (a run limited to other hosts): the gateway row has no "kv"
+    # either, as the summary's warnings select rows by it (a None there failed the play)
+    assert "kv" not in rows[0] and all("kv" not in row for row in rows)
     # a probe of an older plan (no prediction) gets no blocks at all
     assert "blocks" not in verify_rows([{**base, "endpoint": "e:1", "via": "direct", "name": "x"}], [])[0]
 

@@ -501,9 +501,11 @@ def verify_rows(probes: list[dict[str, Any]], reports: list[dict[str, Any]]) -> 
         if probe.get("via") == "gateway":
             members = probe.get("instances")  # several models: the route's own instances
             kvs = [r["kv"] for r in reports if members is None or r["instance"] in members]
-            predicted = sum(k["predicted"] for k in kvs)
-            reported = sum(k["reported"] for k in kvs) if kvs and all(k["reported"] for k in kvs) else None
-            row["kv"] = compare(predicted, reported) if kvs else None
+            # No instance's report read (a run limited to other hosts): no "kv" key, as on an
+            # instance row without one (a None there broke the summary's warnings).
+            if kvs:
+                reported = sum(k["reported"] for k in kvs) if all(k["reported"] for k in kvs) else None
+                row["kv"] = compare(sum(k["predicted"] for k in kvs), reported)
         else:
             if probe.get("name") in by_instance:
                 row["kv"] = by_instance[probe["name"]]["kv"]
