@@ -30,12 +30,24 @@ class InventoryError(ValueError):
     """A value the inventory (or Ansible's templating of it) cannot give: its one-line reason."""
 
 
-def plain(value: Any) -> Any:
-    """``value`` as plain dicts, lists and scalars (one pass over Ansible's lazy containers)."""
+def plain(value: Any, _seen: dict[int, Any] | None = None) -> Any:
+    """``value`` as plain dicts, lists and scalars (one pass over Ansible's lazy containers). A
+    container met twice is converted once and shared, as it was: every node's context holds the
+    one fabric dict of every node's ports, and copying it per node made the records step
+    quadratic (1,000 hosts: 5.5 s and 309 MiB for ``--tags plan`` instead of 4.2 s and 104 MiB)."""
+    seen = {} if _seen is None else _seen
     if isinstance(value, dict) or (hasattr(value, "items") and hasattr(value, "keys")):
-        return {str(k): plain(v) for k, v in value.items()}
+        if id(value) not in seen:
+            out: dict[str, Any] = {}
+            seen[id(value)] = out
+            out.update((str(k), plain(v, seen)) for k, v in value.items())
+        return seen[id(value)]
     if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
+        if id(value) not in seen:
+            items: list[Any] = []
+            seen[id(value)] = items
+            items.extend(plain(v, seen) for v in value)
+        return seen[id(value)]
     if isinstance(value, str):
         return str(value)
     return value
