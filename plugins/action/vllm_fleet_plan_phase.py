@@ -31,13 +31,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     (vllm_fleet/inventory/plan_phase.py write_inputs). The later steps read the hosts from that
     file unless C(gathered) (a host play ran since: they read Ansible's hostvars again).
     step=plan: writes plan.json and plan.md (not in check mode: the plan that was applied stays) and
-    the working copy the records step reads; C(msg) the table, C(plan_sha) the plan's sha256.
+    the working copy the records step reads; C(msg) the table, C(plan_sha) the plan's sha256. With
+    C(only) (a run that only plans) it also runs the records' checks and returns C(records_checked).
     step=records: writes records/<node>.json and deployment.json; C(deployment) without its long
     lists (write_deployment), C(records_dir), and C(msg)/C(plan_sha) when it planned."""
 
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("step", "nodes", "api_key", "playbook_dir", "settings", "plan_sha", "gathered"))
+    _VALID_ARGS = frozenset(("step", "nodes", "api_key", "playbook_dir", "settings", "plan_sha", "gathered", "only"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
@@ -74,6 +75,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             else:
                 plan = plan_phase.plan_of(inventory.plan_nodes(hostvars, nodes), settings)
                 whole = plan_phase.deployment_for(plan, settings, hostvars)
+                if step == "plan" and boolean(args.get("only") or False, strict=False):
+                    # A run that only plans (--tags plan): the records' own checks (a node in two
+                    # Ray clusters, Ray's GPUs, RDMA settings) run here, before plan.json is
+                    # written, and no record is written, as no play of this run reads one; the
+                    # records step is then skipped.
+                    plan_phase.records_for(plan, settings, hostvars)
+                    result["records_checked"] = True
                 result["changed"], result["msg"], result["plan_sha"] = plan_phase.write_plan(
                     folder, plan, whole["gateway"], bool(self._task.check_mode)
                 )

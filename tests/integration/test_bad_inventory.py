@@ -123,6 +123,14 @@ CASES = [
         "vllm_fleet_port: vllm_fleet_port (the API port of 1 instance) 9113 overlaps the nginx exporter 9113 on n1",
         id="vllm-on-the-nginx-exporter-port",
     ),
+    # A record's own check (records.py ray_membership): in a run that only plans, it runs in the
+    # plan step, before plan.json is written (the records step is skipped there).
+    pytest.param(
+        {"n1": {"ray_cluster_num_gpus": "four"}},
+        {"vllm_fleet_ray": "always"},
+        "ray_cluster_num_gpus: 'four' is not a whole number of GPUs",
+        id="record-check-ray-gpus",
+    ),
     # Hosts the plan names but the inventory lacks (a class: every host field).
     pytest.param(
         {"n1": {}},
@@ -231,3 +239,5 @@ def test_misspelled_name_warns_and_plans(tmp_path: Path) -> None:
     assert result.returncode == 0, out
     assert "WARNING vllm_fleet_gpu_cout is not a vllm-fleet variable; did you mean vllm_fleet_gpu_count?" in out
     assert (tmp_path / "art" / "plan.json").exists()
+    # Only planned: no record or deployment.json (no play of the run reads them)
+    assert not (tmp_path / "art" / "records").exists() and not (tmp_path / "art" / "deployment.json").exists()
