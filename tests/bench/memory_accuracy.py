@@ -105,6 +105,10 @@ def _nvlink(entry: dict[str, Any]) -> bool | None:
 def _total_gib(entry: dict[str, Any]) -> float | None:
     if entry.get("gpu_total_gib"):
         return float(entry["gpu_total_gib"])
+    # Not printed, but deduced from what was (the card's variant), with the reasoning in
+    # ``gpu_total_gib_assumed_why``; such rows are marked "assumed total" in the output.
+    if entry.get("gpu_total_gib_assumed"):
+        return float(entry["gpu_total_gib_assumed"])
     if entry.get("gpu"):  # the families file names the planner catalog's GPU when the log prints no total
         gpu_type = lookup_gpu(str(entry["gpu"]))
         if gpu_type:
@@ -211,7 +215,10 @@ def _run_entry(entry: dict[str, Any], models: dict[str, Any], folder: str | None
     dtype = str(entry.get("dtype") or "")
     if dtype.startswith("fp16"):
         argv += ["--dtype", "float16"]
-    catalog = lookup_gpu(str(entry["gpu"])) if entry.get("gpu") and not entry.get("gpu_total_gib") else None
+    given = entry.get("gpu_total_gib") or entry.get("gpu_total_gib_assumed")
+    catalog = lookup_gpu(str(entry["gpu"])) if entry.get("gpu") and not given else None
+    if entry.get("gpu_total_gib_assumed"):
+        row["assumed_total"] = float(entry["gpu_total_gib_assumed"])
     if catalog is not None:
         # The catalog's GPU: its memory, compute capability and peer-to-peer access (custom all-reduce).
         argv += ["--gpu", catalog.name]
@@ -424,9 +431,10 @@ def main_bench(argv: list[str] | None = None) -> int:
             if "not_modelled" in row:
                 print(f"{row['id']:40} not modelled: {row['not_modelled']}")
                 continue
+            assumed = f"  (assumed total {row['assumed_total']} GiB)" if row.get("assumed_total") else ""
             print(
                 f"{row['id']:40} {row['version'] + '/' + str(row['engine'] or ''):10} {fmt(row.get('weights')):26} "
-                f"{fmt(row.get('kv_bytes_per_token')):26} {fmt(row.get('kv_pool')):30}"
+                f"{fmt(row.get('kv_bytes_per_token')):26} {fmt(row.get('kv_pool')):30}{assumed}"
             )
             for key in collected:
                 cell = row.get(key)
