@@ -241,3 +241,16 @@ def test_misspelled_name_warns_and_plans(tmp_path: Path) -> None:
     assert (tmp_path / "art" / "plan.json").exists()
     # Only planned: no record or deployment.json (no play of the run reads them)
     assert not (tmp_path / "art" / "records").exists() and not (tmp_path / "art" / "deployment.json").exists()
+
+
+def test_a_limit_without_localhost_stops_before_any_node_with_the_fix(tmp_path: Path) -> None:
+    """The plan plays run on localhost; `--limit n1` skipped them silently and the run then failed on
+    the node's missing record. Now the first node play says so and names the fix."""
+    result = _run(_inventory(tmp_path, _two()), tmp_path / "art", "--limit", "n1")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "--limit n1 leaves out localhost" in " ".join(out.split()), out
+    assert "--limit 'n1,localhost'" in out, out
+    # Stopped before a node was reached or anything written.
+    assert "Connect and run Python on the node" not in out.split("fatal:", 1)[0]
+    assert not (tmp_path / "art" / "plan.json").exists()
